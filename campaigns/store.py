@@ -1,0 +1,89 @@
+"""SQL of campaign control: the campaign row, its version and status."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from campaigns.models import campaign_table
+from dispatch.dbtypes import db_now
+
+C = campaign_table.c
+
+
+@dataclass(frozen=True)
+class CampaignRow:
+    name: str
+    spec_hash: str
+    version: int
+    status: str
+    launched_at: datetime
+
+
+def _row(r: sa.Row[Any]) -> CampaignRow:
+    return CampaignRow(r.name, r.spec_hash, r.version, r.status, r.launched_at)
+
+
+class CampaignStore:
+    def __init__(self, dialect_name: str) -> None:
+        self.is_postgres = dialect_name == "postgresql"
+
+    def insert_if_new(
+        self, conn: sa.Connection, *, name: str, spec: str, spec_hash: str, launched_at: datetime
+    ) -> tuple[CampaignRow, bool]:
+        """Create the campaign unless it exists; return the stored row and whether it is new."""
+        insert = (postgresql.insert if self.is_postgres else sqlite.insert)(campaign_table)
+        result = conn.execute(
+            insert.values(
+                name=name,
+                spec=spec,
+                spec_hash=spec_hash,
+                version=1,
+                status="active",
+                launched_at=launched_at,
+            ).on_conflict_do_nothing(index_elements=["name"])
+        )
+        found = self.get(conn, name)
+        assert found is not None
+        return found, result.rowcount == 1
+
+    def get(self, conn: sa.Connection, name: str) -> CampaignRow | None:
+        row = conn.execute(
+            sa.select(C.name, C.spec_hash, C.version, C.status, C.launched_at).where(C.name == name)
+        ).one_or_none()
+        return _row(row) if row is not None else None
+
+    def all(self, conn: sa.Connection) -> list[CampaignRow]:
+        rows = conn.execute(
+            sa.select(C.name, C.spec_hash, C.version, C.status, C.launched_at).order_by(C.name)
+        )
+        return [_row(r) for r in rows]
+
+    def new_version(
+        self, conn: sa.Connection, *, name: str, spec: str, spec_hash: str, expected_hash: str
+    ) -> bool:
+        """Replace the stored spec, guarded by the hash the caller saw (no lost update)."""
+        result = conn.execute(
+            sa.update(campaign_table)
+            .where(C.name == name, C.spec_hash == expected_hash)
+            .values(spec=spec, spec_hash=spec_hash, version=C.version + 1, updated_at=db_now())
+        )
+        return result.rowcount == 1
+
+    def set_status(
+        self, conn: sa.Connection, name: str, status: str, *, allowed_from: tuple[str, ...]
+    ) -> str | None:
+        """Change status if the current one allows it; returns the previous status or None."""
+        current = self.get(conn, name)
+        if current is None or current.status not in allowed_from:
+            return None
+        conn.execute(
+            sa.update(campaign_table)
+            .where(C.name == name, C.status == current.status)
+            .values(status=status, updated_at=db_now())
+        )
+        return current.status

@@ -1,0 +1,55 @@
+"""What a transport (SMTP, webhook) tells the worker, and the interface it implements.
+
+A transport splits a send in two around the T4 commit: ``prepare`` does everything that cannot
+deliver anything (connect, MAIL, RCPT), ``deliver`` is the window in which the receiver may take
+responsibility for the message (SMTP DATA, an HTTP request body).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class Verdict(StrEnum):
+    SENT = "sent"  # the receiver accepted it
+    RETRY = "retry"  # definitively not accepted, temporary: try again later
+    FAILED = "failed"  # definitively not accepted, permanent
+    IN_DOUBT = "in_doubt"  # may or may not have been accepted
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict
+    code: int | None
+    text: str
+    retry_after: float | None = None  # seconds the receiver asked us to wait, if it did
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """Everything a transport needs, copied from the claimed send_job row."""
+
+    job_id: int
+    key: str
+    channel: str
+    sender: str
+    recipient: str
+    message_id: str
+    payload: bytes
+
+
+class PreparedSend(Protocol):
+    async def deliver(self) -> Outcome:
+        """Cross the point of no return. Must not raise: map every failure to an Outcome."""
+
+    async def abandon(self) -> None:
+        """T4 was refused: undo the preparation (SMTP RSET) without delivering anything."""
+
+
+class Transport(Protocol):
+    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
+        """Everything before the point of no return. An Outcome means it stopped there (T6)."""
+
+    async def aclose(self) -> None: ...

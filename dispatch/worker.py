@@ -1,0 +1,420 @@
+"""The dispatch worker: claim in batches, send concurrently, every write fenced by token.
+
+One asyncio loop runs up to ``concurrency`` sends; one database thread (GroupCommitter) turns
+their transitions into few commits. A send crosses the point of no return only after its T4
+commit has returned; every later write carries the lease token, so a worker that lost its lease
+(paused, partitioned, slow) changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from sqlalchemy.engine import Engine
+
+from dispatch.backoff import BASE_DELAY, retry_delay
+from dispatch.committer import GroupCommitter
+from dispatch.crashpoints import CrashPoints
+from dispatch.states import State
+from dispatch.store import ClaimedJob, Completion, OutboxStore
+from dispatch.transport import Envelope, Outcome, Transport, Verdict
+
+log = logging.getLogger("herald.worker")
+
+Hook = Callable[[str, ClaimedJob], Awaitable[None]]
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    concurrency: int = 20
+    lease_seconds: float = 120.0
+    # T4 needs this much lease left, so a send never starts on a lease about to lapse.
+    t4_margin_seconds: float = 10.0
+    poll_interval: float = 1.0  # seconds between claims when the queue is empty
+    recovery_interval: float = 5.0
+    recovery_grace_seconds: float = 2.0
+    shutdown_grace_seconds: float = 30.0
+    retry_base_seconds: float = BASE_DELAY
+    until_idle: bool = False
+    owner: str = field(default_factory=default_owner)
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.lease_seconds / 3
+
+
+@dataclass
+class WorkerReport:
+    claimed: int = 0
+    sent: int = 0
+    retried: int = 0
+    failed: int = 0
+    in_doubt: int = 0
+    released: int = 0
+    lost_leases: int = 0
+    recovered: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+class Worker:
+    def __init__(
+        self,
+        engine: Engine,
+        transports: Mapping[str, Transport],
+        config: WorkerConfig | None = None,
+        *,
+        crash_points: CrashPoints | None = None,
+        hook: Hook | None = None,
+    ) -> None:
+        self.config = config or WorkerConfig()
+        self.transports = transports
+        self.store = OutboxStore(engine.dialect.name)
+        self.committer = GroupCommitter(
+            engine,
+            self.store,
+            owner=self.config.owner,
+            lease_seconds=self.config.lease_seconds,
+            t4_margin_seconds=self.config.t4_margin_seconds,
+        )
+        self.crash = crash_points
+        self.hook = hook  # test seam: awaited at named points with the job
+        self.report = WorkerReport()
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._backlog: deque[ClaimedJob] = deque()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._held: dict[int, ClaimedJob] = {}  # jobs we hold a lease on
+        self._lease_deadline: dict[int, float] = {}  # monotonic time the lease surely lasts to
+        self._past_t4: set[int] = set()
+
+    # ------------------------------------------------------------ control
+
+    def stop(self) -> None:
+        """Graceful: stop claiming, release unstarted claims, let started sends finish."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    async def run(self) -> WorkerReport:
+        crash = self.crash
+        if crash is not None and crash.armed("before_t4_commit"):
+            self.committer.before_t4_commit = lambda: crash.hit("before_t4_commit")
+        self.committer.start()
+        background: list[asyncio.Task[None]] = []
+        try:
+            await self._recover()
+            background = [
+                asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
+                asyncio.create_task(self._recovery_loop(), name="recovery"),
+            ]
+            await self._dispatch_loop()
+            await self._drain()
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for transport in self.transports.values():
+                with contextlib.suppress(Exception):
+                    await transport.aclose()
+            await asyncio.to_thread(self.committer.stop)
+        return self.report
+
+    # ------------------------------------------------------------ main loop
+
+    async def _dispatch_loop(self) -> None:
+        cfg = self.config
+        prefetch = cfg.concurrency * 2
+        queue_dry = False
+        while not self.stopping:
+            room = prefetch - len(self._backlog) - len(self._inflight)
+            if room > 0 and (not self._backlog or room >= max(1, cfg.concurrency // 2)):
+                jobs = await self._claim(room)
+                queue_dry = not jobs
+            while self._backlog and len(self._inflight) < cfg.concurrency:
+                job = self._backlog.popleft()
+                task = asyncio.create_task(self._send(job))
+                self._inflight.add(task)
+                task.add_done_callback(self._on_task_done)
+            if self._inflight or self._backlog:
+                if not queue_dry and len(self._inflight) + len(self._backlog) < prefetch:
+                    continue
+                self._wake.clear()
+                await self._wait_wake(cfg.poll_interval)
+                continue
+            if cfg.until_idle and not await self._has_work():
+                return
+            self._wake.clear()
+            await self._wait_wake(await self._idle_wait())
+
+    def _on_task_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("send task failed", exc_info=task.exception())
+        self._wake.set()
+
+    async def _wait_wake(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=max(0.01, timeout))
+
+    async def _claim(self, room: int) -> list[ClaimedJob]:
+        try:
+            jobs = await self.committer.claim(room)
+        except Exception as exc:
+            log.warning("claim failed (will retry): %s", exc)
+            await asyncio.sleep(self.config.poll_interval)
+            return []
+        now = time.monotonic()
+        for job in jobs:
+            self._held[job.id] = job
+            self._lease_deadline[job.id] = now + self.config.lease_seconds
+        self.report.claimed += len(jobs)
+        if jobs and self.crash is not None:
+            self.crash.hit("after_claim_commit")
+        self._backlog.extend(jobs)
+        return jobs
+
+    async def _has_work(self) -> bool:
+        try:
+            return await self.committer.call(self.store.has_work)
+        except Exception as exc:
+            log.warning("idle check failed: %s", exc)
+            return True
+
+    async def _idle_wait(self) -> float:
+        try:
+            due = await self.committer.call(self.store.next_due_in)
+        except Exception:
+            return self.config.poll_interval
+        if due is None:
+            return self.config.poll_interval
+        return min(self.config.poll_interval, max(0.01, due))
+
+    # ------------------------------------------------------------ one send
+
+    async def _send(self, job: ClaimedJob) -> None:
+        try:
+            await self._send_unguarded(job)
+        finally:
+            self._held.pop(job.id, None)
+            self._lease_deadline.pop(job.id, None)
+            self._past_t4.discard(job.id)
+
+    async def _point(self, name: str, job: ClaimedJob) -> None:
+        if self.hook is not None:
+            await self.hook(name, job)
+        if self.crash is not None:
+            self.crash.hit(name)
+
+    async def _send_unguarded(self, job: ClaimedJob) -> None:
+        transport = self.transports.get(job.channel)
+        if transport is None:
+            await self._finish(
+                job,
+                Outcome(Verdict.FAILED, None, f"no transport for channel {job.channel!r}"),
+                before_data=True,
+            )
+            return
+        envelope = Envelope(
+            job_id=job.id,
+            key=job.key,
+            channel=job.channel,
+            sender=job.sender,
+            recipient=job.recipient,
+            message_id=job.message_id,
+            payload=job.payload,
+        )
+        try:
+            prepared = await transport.prepare(envelope)
+        except Exception as exc:  # a transport bug must not strand the job
+            prepared = Outcome(Verdict.RETRY, None, f"before sending: {type(exc).__name__}: {exc}")
+        if isinstance(prepared, Outcome):
+            await self._finish(job, prepared, before_data=True)
+            return
+        await self._point("after_rcpt", job)
+        if self.stopping:
+            await prepared.abandon()
+            await self._release(job)
+            return
+        if not await self._start_send(job):
+            await prepared.abandon()
+            await self._settle(job)
+            return
+        self._past_t4.add(job.id)
+        await self._point("after_t4_commit", job)
+        outcome = await prepared.deliver()
+        if outcome.verdict is Verdict.SENT:
+            await self._point("after_250_before_t5", job)
+        await self._finish(job, outcome, before_data=False)
+        await self._point("after_t5_commit", job)
+
+    async def _start_send(self, job: ClaimedJob) -> bool:
+        """T4, and the rule for a commit whose outcome is unknown: re-read before sending."""
+        await self._point("before_t4", job)
+        while True:
+            try:
+                return await self.committer.start_send(job.lease)
+            except Exception as exc:
+                log.warning("T4 commit failed for job %s: %s; re-reading", job.id, exc)
+            state = await self._reread(job)
+            if state == State.SENDING.value:
+                return True  # our T4 did commit: the row carries our token in sending
+            if state != State.CLAIMED.value or not self._lease_left(job):
+                return False
+
+    async def _reread(self, job: ClaimedJob) -> str | None:
+        while self._lease_left(job):
+            try:
+                return await self.committer.lease_state(job.lease)
+            except Exception:
+                await asyncio.sleep(0.5)
+        return None
+
+    def _lease_left(self, job: ClaimedJob) -> bool:
+        deadline = self._lease_deadline.get(job.id, 0.0)
+        return time.monotonic() < deadline - self.config.t4_margin_seconds
+
+    async def _settle(self, job: ClaimedJob) -> None:
+        with contextlib.suppress(Exception):
+            state = await self.committer.settle(job.lease)
+            if state is None:
+                self.report.lost_leases += 1
+
+    async def _release(self, job: ClaimedJob) -> None:
+        with contextlib.suppress(Exception):
+            released = await self.committer.release([job.lease])
+            self.report.released += len(released)
+
+    async def _finish(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> None:
+        completion = self._completion(job, outcome, before_data=before_data)
+        # Completion writes are retried while the lease lasts; after that recovery owns the job.
+        while True:
+            try:
+                applied = await self.committer.complete(completion)
+                break
+            except Exception as exc:
+                if not self._lease_left(job) and time.monotonic() > self._lease_deadline.get(
+                    job.id, 0.0
+                ):
+                    log.error("giving up recording job %s: %s", job.id, exc)
+                    return
+                await asyncio.sleep(0.2)
+        if not applied:
+            self.report.lost_leases += 1
+            return
+        if completion.target is State.SENT:
+            self.report.sent += 1
+        elif completion.target is State.PENDING:
+            self.report.retried += 1
+        elif completion.target is State.FAILED:
+            self.report.failed += 1
+        elif completion.target is State.IN_DOUBT:
+            self.report.in_doubt += 1
+
+    def _completion(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> Completion:
+        base = self.config.retry_base_seconds
+        verdict = outcome.verdict
+        if verdict is Verdict.SENT:
+            return Completion(job.lease, State.SENT, outcome.code, outcome.text)
+        if verdict is Verdict.IN_DOUBT:
+            return Completion(
+                job.lease, State.IN_DOUBT, outcome.code, outcome.text, in_doubt_reason=outcome.text
+            )
+        if verdict is Verdict.RETRY:
+            used = job.claims if before_data else job.send_attempts + 1
+            if before_data or used < job.max_send_attempts:
+                delay = retry_delay(used, retry_after=outcome.retry_after, base=base)
+                return Completion(
+                    job.lease,
+                    State.PENDING,
+                    outcome.code,
+                    outcome.text,
+                    retry_in=delay,
+                    before_data=before_data,
+                )
+            text = f"attempts exhausted; last: {outcome.text}"
+            return Completion(job.lease, State.FAILED, outcome.code, text)
+        return Completion(
+            job.lease, State.FAILED, outcome.code, outcome.text, before_data=before_data
+        )
+
+    # ------------------------------------------------------------ background loops
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            leases = [job.lease for job in self._held.values()]
+            if not leases:
+                continue
+            sent_at = time.monotonic()
+            try:
+                alive = await self.committer.heartbeat(leases)
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            for job_id, _ in leases:
+                if job_id in alive:
+                    self._lease_deadline[job_id] = sent_at + self.config.lease_seconds
+                elif job_id in self._held:
+                    # Not revived: the job may already belong to someone else. Our later
+                    # writes will match nothing; stop trusting the local deadline now.
+                    self._lease_deadline[job_id] = 0.0
+
+    async def _recovery_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.recovery_interval)
+            await self._recover()
+
+    async def _recover(self) -> None:
+        try:
+            report = await self.committer.recover(self.config.recovery_grace_seconds)
+        except Exception as exc:
+            log.warning("recovery pass failed: %s", exc)
+            return
+        self.report.recovered += report.released + report.in_doubt + report.dead
+        if report.released or report.in_doubt or report.dead:
+            log.info(
+                "recovery: %d released, %d in doubt, %d dead",
+                report.released,
+                report.in_doubt,
+                report.dead,
+            )
+
+    # ------------------------------------------------------------ shutdown
+
+    async def _drain(self) -> None:
+        """Release unstarted claims at once; give started sends a bounded grace period."""
+        backlog = [job.lease for job in self._backlog]
+        self._backlog.clear()
+        if backlog:
+            with contextlib.suppress(Exception):
+                released = await self.committer.release(backlog)
+                self.report.released += len(released)
+        if not self._inflight:
+            return
+        _, pending = await asyncio.wait(
+            set(self._inflight), timeout=self.config.shutdown_grace_seconds
+        )
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=10)

@@ -1,0 +1,407 @@
+"""The ``herald`` command: the only place that wires campaigns, scheduler and dispatch together.
+
+Exit codes: 0 success, 1 operational failure, 2 invalid input. Errors are printed as one line
+(plus a hint); tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from campaigns.errors import CampaignError, SpecError
+from campaigns.spec import LoadedCampaign, load_campaign
+from dispatch.crashpoints import CrashPointError, CrashPoints
+from dispatch.smtp import SmtpConfig, SmtpTransport, SmtpUrlError
+from dispatch.transport import Transport
+from dispatch.worker import Worker, WorkerConfig
+from herald import status as status_view
+from herald.db import create_engine
+from herald.errors import ConfigError, DatabaseError, HeraldError, UsageError
+from herald.schema import ensure_schema, upgrade
+from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
+from scheduler.check import CheckReport, check_campaign
+from scheduler.fanout import materialise
+from templates.errors import TemplateError
+
+app = typer.Typer(
+    name="herald",
+    help="Campaigns as code: every message sent exactly once per recipient, step and occurrence.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+DatabaseUrl = Annotated[
+    str,
+    typer.Option(
+        "--database-url",
+        envvar="HERALD_DATABASE_URL",
+        help="sqlite:///herald.db or postgresql://user@host/db",
+    ),
+]
+SmtpUrl = Annotated[
+    str,
+    typer.Option(
+        "--smtp-url",
+        envvar="HERALD_SMTP_URL",
+        help="smtp://host:port, smtps://user:pass@host:465, smtp://host:587?starttls=true",
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", markup=True)
+    if hint:
+        err.print(f"  hint: {hint}")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def errors_mapped() -> Iterator[None]:
+    """The seam: our errors and library errors become one line and an exit code."""
+    try:
+        yield
+    except SpecError as exc:
+        if exc.problems:
+            for problem in exc.problems:
+                err.print(f"[red]{problem}[/]", markup=True)
+            fail(f"{len(exc.problems)} problem(s) in the campaign file", code=2)
+        fail(str(exc), code=2)
+    except CampaignError as exc:
+        fail(str(exc), code=2)
+    except TemplateError as exc:
+        fail(str(exc), code=2)
+    except HeraldError as exc:
+        fail(exc.message, hint=exc.hint, code=exc.exit_code)
+    except (SmtpUrlError, CrashPointError) as exc:
+        fail(str(exc), code=2)
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        fail(
+            f"database error: {detail}",
+            hint="check --database-url / HERALD_DATABASE_URL and that the database is running",
+        )
+
+
+def open_engine(url: str) -> Engine:
+    engine = create_engine(url)
+    try:
+        ensure_schema(engine)
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise DatabaseError(
+            f"cannot open the database {url}: {detail}",
+            hint="is the server running and the URL right?",
+        ) from exc
+    return engine
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------------- validate / launch
+
+
+def _load(file: Path) -> LoadedCampaign:
+    if not file.exists():
+        raise UsageError(f"{file}: no such file")
+    return load_campaign(file)
+
+
+def _print_check(report: CheckReport, as_json: bool) -> None:
+    if as_json:
+        payload = {
+            "ok": report.ok,
+            "recipients": report.recipients,
+            "messages": report.messages,
+            "duplicates": report.duplicates,
+            "problem_count": report.problem_count,
+            "problems": [
+                {"where": p.where, "step": p.step, "error": p.error} for p in report.problems
+            ],
+        }
+        out.print_json(json.dumps(payload))
+        return
+    for p in report.problems:
+        step = f" step {p.step}:" if p.step else ""
+        err.print(f"[red]{p.where}:{step} {p.error}[/]", markup=True)
+    if report.problem_count > len(report.problems):
+        err.print(f"… and {report.problem_count - len(report.problems)} more")
+    if report.duplicates:
+        err.print(
+            f"note: {report.duplicates} duplicate address(es) in the audience; each is sent once"
+        )
+
+
+@contextmanager
+def _progress(total_hint: int | None, label: str) -> Iterator[Callable[[int], None] | None]:
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), console=err, transient=True
+    ) as bar:
+        task = bar.add_task(label, total=total_hint)
+        yield lambda n: bar.advance(task, n)
+
+
+@app.command()
+def validate(
+    file: Annotated[Path, typer.Argument(help="The campaign YAML file.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Parse a campaign and render every step for every recipient. Writes nothing."""
+    with errors_mapped():
+        loaded = _load(file)
+        with _progress(None, "rendering") as progress:
+            report = check_campaign(loaded, now_utc(), progress=progress)
+        _print_check(report, as_json)
+        if not report.ok:
+            fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
+        if not as_json:
+            out.print(
+                f"ok: {loaded.spec.name}: {report.recipients} recipient(s), "
+                f"{len(loaded.spec.steps)} step(s), {report.messages} message(s)"
+            )
+
+
+@app.command()
+def launch(
+    file: Annotated[Path, typer.Argument(help="The campaign YAML file.")],
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    force_new_version: Annotated[
+        bool,
+        typer.Option(
+            "--force-new-version",
+            help="Replace a changed campaign's definition: sent messages stay sent, unsent ones "
+            "take the new content.",
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Validate, store the campaign and fan out its send jobs (idempotent)."""
+    from campaigns.control import register
+
+    with errors_mapped():
+        loaded = _load(file)
+        engine = open_engine(database_url)
+        now = now_utc()
+        # Check first against the launch time the campaign will really use.
+        from campaigns.store import CampaignStore
+
+        with engine.connect() as conn:
+            existing = CampaignStore(engine.dialect.name).get(conn, loaded.spec.name)
+        occurrence_at = existing.launched_at if existing else now
+        with _progress(None, "checking") as progress:
+            report = check_campaign(loaded, occurrence_at, progress=progress)
+        if not report.ok:
+            _print_check(report, as_json=False)
+            fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
+        registration = register(engine, loaded, now=now, force_new_version=force_new_version)
+        with _progress(report.messages, "enqueueing") as progress:
+            result = materialise(
+                engine,
+                loaded,
+                registration.campaign.launched_at,
+                replace_pending=registration.new_version,
+                progress=progress,
+            )
+        summary = {
+            "campaign": loaded.spec.name,
+            "version": registration.campaign.version,
+            "created": registration.created,
+            "new_jobs": result.new_jobs,
+            "existing_jobs": result.existing_jobs,
+            "recipients": report.recipients,
+            "steps": len(loaded.spec.steps),
+        }
+        if as_json:
+            out.print_json(json.dumps(summary))
+        else:
+            verb = "launched" if registration.created else "already launched"
+            out.print(
+                f"{verb}: {loaded.spec.name} (version {registration.campaign.version}): "
+                f"{result.new_jobs} new job(s), {result.existing_jobs} already queued"
+            )
+
+
+# ---------------------------------------------------------------------- worker
+
+
+def build_transports(smtp_url: str) -> dict[str, Transport]:
+    return {"email": SmtpTransport(SmtpConfig.from_url(smtp_url))}
+
+
+@app.command()
+def worker(
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    smtp_url: SmtpUrl = DEFAULT_SMTP_URL,
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")] = 20,
+    lease: Annotated[
+        float, typer.Option(min=5.0, help="Lease length in seconds (heartbeats renew it).")
+    ] = 120.0,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit 0 when nothing is pending or running.")
+    ] = False,
+    retry_base: Annotated[
+        float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
+    ] = 30.0,
+    poll: Annotated[float, typer.Option(min=0.01, help="Idle poll interval, seconds.")] = 1.0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
+    with errors_mapped():
+        engine = open_engine(database_url)
+        transports = build_transports(smtp_url)
+        config = WorkerConfig(
+            concurrency=concurrency,
+            lease_seconds=lease,
+            t4_margin_seconds=min(10.0, lease / 4),
+            until_idle=until_idle,
+            retry_base_seconds=retry_base,
+            poll_interval=poll,
+        )
+        crash_points = CrashPoints.from_env()
+        the_worker = Worker(engine, transports, config, crash_points=crash_points)
+        report = asyncio.run(_run_worker(the_worker))
+        if as_json:
+            out.print_json(json.dumps(report.as_dict()))
+        else:
+            r = report
+            out.print(
+                f"worker done: {r.sent} sent, {r.retried} to retry, {r.failed} failed, "
+                f"{r.in_doubt} in doubt, {r.released} released"
+            )
+
+
+async def _run_worker(the_worker: Worker) -> Any:
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal() -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            err.print("stopping: finishing started sends, releasing the rest (again to force)")
+            the_worker.stop()
+        else:
+            # Leases keep this safe: unstarted claims expire back to pending, started sends
+            # become in_doubt through recovery.
+            os._exit(130)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    return await the_worker.run()
+
+
+# ---------------------------------------------------------------------- status / control
+
+
+@app.command()
+def status(
+    campaign: Annotated[str | None, typer.Argument(help="Only this campaign.")] = None,
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    as_json: JsonFlag = False,
+) -> None:
+    """Counts per campaign, step and state; in-doubt and failed jobs shown first."""
+    with errors_mapped():
+        engine = open_engine(database_url)
+        snapshot = status_view.collect(engine, campaign)
+        if campaign is not None and not snapshot["campaigns"]:
+            raise UsageError(f"no campaign named {campaign!r}")
+        if as_json:
+            out.print_json(json.dumps(snapshot))
+        else:
+            status_view.render(out, snapshot)
+
+
+def _control(action: str, name: str, database_url: str) -> None:
+    from campaigns.control import change_status
+
+    with errors_mapped():
+        engine = open_engine(database_url)
+        result = change_status(engine, name, action, actor=f"operator:{_operator()}")
+        extra = f"; {result.cancelled_jobs} unsent job(s) cancelled" if action == "cancel" else ""
+        out.print(f"{name}: {result.previous} → {result.status}{extra}")
+
+
+@app.command()
+def pause(campaign: str, database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
+    """Stop starting new sends for a campaign (sends already started finish)."""
+    _control("pause", campaign, database_url)
+
+
+@app.command()
+def resume(campaign: str, database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
+    """Resume a paused campaign."""
+    _control("resume", campaign, database_url)
+
+
+@app.command()
+def cancel(campaign: str, database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
+    """Cancel every unsent job of a campaign. Jobs already sending go out."""
+    _control("cancel", campaign, database_url)
+
+
+def _operator() -> str:
+    return os.environ.get("HERALD_OPERATOR") or os.environ.get("USER") or "unknown"
+
+
+# ---------------------------------------------------------------------- sink, db
+
+
+@app.command()
+def sink(
+    maildir: Annotated[Path, typer.Option(help="Where to store messages.")] = Path("maildir"),
+    host: Annotated[str, typer.Option(help="Address to listen on (loopback only).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 1025,
+) -> None:
+    """A development SMTP server that stores every message in a Maildir."""
+    from herald.sink import serve_sink_forever
+
+    with errors_mapped():
+        err.print(f"sink listening on {host}:{port}, storing in {maildir} (Ctrl-C to stop)")
+        try:
+            serve_sink_forever(maildir, host=host, port=port, echo=lambda line: out.print(line))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot start the sink: {exc}") from exc
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
+    """Create or upgrade the schema to the current version."""
+    with errors_mapped():
+        engine = create_engine(database_url)
+        upgrade(engine)
+        out.print("database is at the current schema")
+
+
+def main() -> None:
+    from herald import operator_cli  # noqa: F401 - registers in-doubt, dead, recover
+
+    app()

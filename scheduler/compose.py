@@ -1,0 +1,109 @@
+"""Turn (campaign, step, occurrence, recipient) into the exact bytes a worker will send.
+
+The same function serves ``validate`` (render everything, write nothing) and ``launch`` (render
+and enqueue), so what was checked is what gets sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from campaigns.audience import Recipient
+from campaigns.spec import LoadedCampaign, StepSpec
+from dispatch.keys import KeyTuple, message_id
+from dispatch.store import NewJob
+from templates.errors import TemplateError
+from templates.mime import build_message
+from templates.render import StepTemplate
+
+
+@dataclass(frozen=True)
+class CompiledStep:
+    spec: StepSpec
+    template: StepTemplate
+
+
+class StepCompileError(Exception):
+    """A step's template cannot be compiled; names the step."""
+
+    def __init__(self, step: str, error: TemplateError) -> None:
+        super().__init__(f"step {step!r}: {error}")
+        self.step = step
+        self.error = error
+
+
+def compile_steps(loaded: LoadedCampaign) -> list[CompiledStep]:
+    """Compile every step once; collect every failure rather than stopping at the first."""
+    compiled: list[CompiledStep] = []
+    failures: list[StepCompileError] = []
+    for step in loaded.spec.steps:
+        try:
+            template = StepTemplate.compile(
+                base_dir=loaded.base_dir,
+                subject=step.subject,
+                text=step.text,
+                html=step.html,
+                template=step.template,
+            )
+        except TemplateError as exc:
+            failures.append(StepCompileError(step.id, exc))
+            continue
+        compiled.append(CompiledStep(step, template))
+    if failures:
+        raise CompileFailures(failures)
+    return compiled
+
+
+class CompileFailures(Exception):
+    def __init__(self, failures: list[StepCompileError]) -> None:
+        super().__init__("; ".join(str(f) for f in failures))
+        self.failures = failures
+
+
+def template_variables(recipient: Recipient) -> dict[str, object]:
+    variables: dict[str, object] = dict(recipient.variables)
+    variables["email"] = recipient.email
+    if recipient.name is not None:
+        variables["name"] = recipient.name
+    return variables
+
+
+def compose_job(
+    loaded: LoadedCampaign,
+    step: CompiledStep,
+    recipient: Recipient,
+    occurrence_at: datetime,
+) -> NewJob:
+    """Render one message. Raises TemplateError for this recipient's rendering problem."""
+    spec = loaded.spec
+    key_tuple = KeyTuple(spec.name, step.spec.id, occurrence_at, recipient.email)
+    key = key_tuple.key()
+    mid = message_id(key, spec.sender.domain())
+    not_before = occurrence_at + step.spec.after
+    content = step.template.render(template_variables(recipient))
+    payload = build_message(
+        sender=spec.sender.address,
+        sender_name=spec.sender.name,
+        recipient=recipient.email,
+        recipient_name=recipient.name,
+        reply_to=spec.reply_to.address if spec.reply_to else None,
+        content=content,
+        message_id=mid,
+        key=key,
+        date=not_before,
+    )
+    return NewJob(
+        key=key,
+        key_tuple=key_tuple.canonical(),
+        campaign=spec.name,
+        step=step.spec.id,
+        occurrence_at=occurrence_at,
+        channel=step.spec.channel,
+        sender=spec.sender.address,
+        recipient=recipient.email,
+        message_id=mid,
+        payload=payload,
+        not_before=not_before,
+        max_send_attempts=spec.max_attempts,
+    )
