@@ -24,7 +24,7 @@ class CampaignRow:
     launched_at: datetime
 
 
-def _row(r: sa.Row[Any]) -> CampaignRow:
+def _row(r: Any) -> CampaignRow:
     return CampaignRow(r.name, r.spec_hash, r.version, r.status, r.launched_at)
 
 

@@ -784,15 +784,20 @@ class OutboxStore:
             stmt = stmt.where(E.job_id.in_(list(job_ids)))
         return list(conn.execute(stmt))
 
-    def has_work(self, conn: sa.Connection) -> bool:
-        """Anything pending (due or not) or leased? ``--until-idle`` exits when not."""
-        stmt = sa.select(
-            sa.exists().where(
-                J.state.in_([State.PENDING.value, State.CLAIMED.value, State.SENDING.value]),
-                ~_campaign_not_active(),
-            )
+    def has_work(self, conn: sa.Connection, horizon_seconds: float = 0.0) -> bool:
+        """Anything leased, or pending and due within ``horizon_seconds``?
+
+        ``--until-idle`` exits when not: a retry due in a few seconds is waited for, a step
+        scheduled days ahead is not.
+        """
+        leased = sa.exists().where(J.state.in_([State.CLAIMED.value, State.SENDING.value]))
+        due_soon = sa.exists().where(
+            J.state == State.PENDING.value,
+            J.not_before <= db_now_plus(seconds(horizon_seconds)),
+            J.claims < J.max_claims,
+            ~_campaign_not_active(),
         )
-        return bool(conn.execute(stmt).scalar())
+        return bool(conn.execute(sa.select(sa.or_(leased, due_soon))).scalar())
 
     def next_due_in(self, conn: sa.Connection) -> float | None:
         """Seconds until the earliest pending job is due (≤ 0 when one is due now)."""

@@ -49,6 +49,7 @@ class WorkerConfig:
     shutdown_grace_seconds: float = 30.0
     retry_base_seconds: float = BASE_DELAY
     until_idle: bool = False
+    idle_horizon_seconds: float = 60.0  # --until-idle waits for jobs due within this
     owner: str = field(default_factory=default_owner)
 
     @property
@@ -144,20 +145,24 @@ class Worker:
     async def _dispatch_loop(self) -> None:
         cfg = self.config
         prefetch = cfg.concurrency * 2
-        queue_dry = False
+        dry_since: float | None = None  # when a claim last came back empty
         while not self.stopping:
             room = prefetch - len(self._backlog) - len(self._inflight)
-            if room > 0 and (not self._backlog or room >= max(1, cfg.concurrency // 2)):
-                jobs = await self._claim(room)
-                queue_dry = not jobs
+            worth_claiming = room > 0 and (not self._backlog or room >= cfg.concurrency // 2)
+            recently_dry = dry_since is not None and (
+                time.monotonic() - dry_since < cfg.poll_interval
+            )
+            claimed = 0
+            if worth_claiming and not recently_dry:
+                claimed = len(await self._claim(room))
+                dry_since = None if claimed else time.monotonic()
             while self._backlog and len(self._inflight) < cfg.concurrency:
-                job = self._backlog.popleft()
-                task = asyncio.create_task(self._send(job))
+                task = asyncio.create_task(self._send(self._backlog.popleft()))
                 self._inflight.add(task)
                 task.add_done_callback(self._on_task_done)
+            if claimed and len(self._backlog) + len(self._inflight) < prefetch:
+                continue  # the queue is flowing: fill up before waiting
             if self._inflight or self._backlog:
-                if not queue_dry and len(self._inflight) + len(self._backlog) < prefetch:
-                    continue
                 self._wake.clear()
                 await self._wait_wake(cfg.poll_interval)
                 continue
@@ -195,7 +200,8 @@ class Worker:
 
     async def _has_work(self) -> bool:
         try:
-            return await self.committer.call(self.store.has_work)
+            horizon = self.config.idle_horizon_seconds
+            return await self.committer.call(lambda conn: self.store.has_work(conn, horizon))
         except Exception as exc:
             log.warning("idle check failed: %s", exc)
             return True

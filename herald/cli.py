@@ -25,14 +25,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from campaigns.errors import CampaignError, SpecError
 from campaigns.spec import LoadedCampaign, load_campaign
 from dispatch.crashpoints import CrashPointError, CrashPoints
-from dispatch.smtp import SmtpConfig, SmtpTransport, SmtpUrlError
-from dispatch.transport import Transport
+from dispatch.smtp import SmtpUrlError
 from dispatch.worker import Worker, WorkerConfig
 from herald import status as status_view
 from herald.db import create_engine
 from herald.errors import ConfigError, DatabaseError, HeraldError, UsageError
 from herald.schema import ensure_schema, upgrade
 from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
+from herald.transports import build_transports
 from scheduler.check import CheckReport, check_campaign
 from scheduler.fanout import materialise
 from templates.errors import TemplateError
@@ -47,7 +47,8 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-out = Console(highlight=False, soft_wrap=True)
+# Tables stay readable when piped (rich would otherwise assume 80 columns).
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DatabaseUrl = Annotated[
@@ -103,10 +104,17 @@ def errors_mapped() -> Iterator[None]:
             f"database error: {detail}",
             hint="check --database-url / HERALD_DATABASE_URL and that the database is running",
         )
+    finally:
+        while _opened_engines:
+            _opened_engines.pop().dispose()
+
+
+_opened_engines: list[Engine] = []  # disposed when the command's errors_mapped() block ends
 
 
 def open_engine(url: str) -> Engine:
     engine = create_engine(url)
+    _opened_engines.append(engine)
     try:
         ensure_schema(engine)
     except SQLAlchemyError as exc:
@@ -253,10 +261,6 @@ def launch(
 # ---------------------------------------------------------------------- worker
 
 
-def build_transports(smtp_url: str) -> dict[str, Transport]:
-    return {"email": SmtpTransport(SmtpConfig.from_url(smtp_url))}
-
-
 @app.command()
 def worker(
     database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
@@ -266,8 +270,20 @@ def worker(
         float, typer.Option(min=5.0, help="Lease length in seconds (heartbeats renew it).")
     ] = 120.0,
     until_idle: Annotated[
-        bool, typer.Option("--until-idle", help="Exit 0 when nothing is pending or running.")
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Exit 0 when nothing is running and nothing is due within --idle-horizon.",
+        ),
     ] = False,
+    idle_horizon: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="With --until-idle: keep waiting for jobs (e.g. retries) due within this many "
+            "seconds; later steps are left for a later run.",
+        ),
+    ] = 60.0,
     retry_base: Annotated[
         float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
     ] = 30.0,
@@ -283,6 +299,7 @@ def worker(
             lease_seconds=lease,
             t4_margin_seconds=min(10.0, lease / 4),
             until_idle=until_idle,
+            idle_horizon_seconds=idle_horizon,
             retry_base_seconds=retry_base,
             poll_interval=poll,
         )
@@ -385,9 +402,18 @@ def sink(
     from herald.sink import serve_sink_forever
 
     with errors_mapped():
-        err.print(f"sink listening on {host}:{port}, storing in {maildir} (Ctrl-C to stop)")
+
+        def ready(handle: Any) -> None:
+            err.print(
+                f"sink listening on {handle.host}:{handle.port}, storing in {maildir} "
+                "(Ctrl-C to stop)"
+            )
+
+        def echo(line: str) -> None:
+            print(line, flush=True)
+
         try:
-            serve_sink_forever(maildir, host=host, port=port, echo=lambda line: out.print(line))
+            serve_sink_forever(maildir, host=host, port=port, echo=echo, on_ready=ready)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot start the sink: {exc}") from exc
 
@@ -397,6 +423,7 @@ def db_upgrade(database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
     """Create or upgrade the schema to the current version."""
     with errors_mapped():
         engine = create_engine(database_url)
+        _opened_engines.append(engine)
         upgrade(engine)
         out.print("database is at the current schema")
 

@@ -158,7 +158,7 @@ def in_doubt_resolve(
             raise UsageError("choose exactly one of --as sent, --as failed, --resend")
         if as_ is not None and as_ not in ("sent", "failed"):
             raise UsageError(f"--as takes sent or failed, not {as_!r}")
-        target = State.PENDING if resend else State(as_ or 'failed')
+        target = State.PENDING if resend else State(as_ or "failed")
         selected = _selection(keys or [], all_, campaign)
         engine = open_engine(database_url)
         selected = _expand_keys(engine, selected, State.IN_DOUBT)

@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from dispatch.dbtypes import db_now
 from scheduler.models import occurrence_table
 
-O = occurrence_table.c
+Occ = occurrence_table.c
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,8 @@ class OccurrenceStore:
             ).on_conflict_do_nothing(index_elements=["campaign", "step", "occurrence_at"])
         )
         row = conn.execute(
-            sa.select(O.id, O.fanout_state, O.cursor, O.jobs_created).where(
-                O.campaign == campaign, O.step == step, O.occurrence_at == occurrence_at
+            sa.select(Occ.id, Occ.fanout_state, Occ.cursor, Occ.jobs_created).where(
+                Occ.campaign == campaign, Occ.step == step, Occ.occurrence_at == occurrence_at
             )
         ).one()
         return OccurrenceRow(row.id, row.fanout_state, row.cursor, row.jobs_created)
@@ -53,10 +53,10 @@ class OccurrenceStore:
         # ahead of us; the outbox's unique key already made our overlapping inserts no-ops.
         conn.execute(
             sa.update(occurrence_table)
-            .where(O.id == occurrence_id)
+            .where(Occ.id == occurrence_id)
             .values(
-                cursor=sa.case((O.cursor < cursor, cursor), else_=O.cursor),
-                jobs_created=O.jobs_created + created,
+                cursor=sa.case((Occ.cursor < cursor, cursor), else_=Occ.cursor),
+                jobs_created=Occ.jobs_created + created,
                 updated_at=db_now(),
             )
         )
@@ -64,7 +64,7 @@ class OccurrenceStore:
     def close(self, conn: sa.Connection, occurrence_id: int) -> None:
         conn.execute(
             sa.update(occurrence_table)
-            .where(O.id == occurrence_id)
+            .where(Occ.id == occurrence_id)
             .values(fanout_state="done", updated_at=db_now())
         )
 
@@ -73,8 +73,8 @@ class OccurrenceStore:
     ) -> list[sa.Row[tuple[str, datetime, str, int]]]:
         return list(
             conn.execute(
-                sa.select(O.step, O.occurrence_at, O.fanout_state, O.jobs_created)
-                .where(O.campaign == campaign)
-                .order_by(O.occurrence_at, O.step)
+                sa.select(Occ.step, Occ.occurrence_at, Occ.fanout_state, Occ.jobs_created)
+                .where(Occ.campaign == campaign)
+                .order_by(Occ.occurrence_at, Occ.step)
             )
         )

@@ -1,0 +1,715 @@
+"""The campaign YAML file: its schema, and loading it with errors that point at lines.
+
+A campaign file looks like this:
+
+    name: welcome-series
+    from: "Acme News <news@acme.example>"
+    reply_to: help@acme.example           # optional
+    audience: subscribers.csv             # or an inline list, see below
+    max_attempts: 5                       # optional, 1..20
+    steps:
+      - id: welcome
+        subject: "Welcome, {{ name }}"
+        template: welcome.html            # and/or text: / html: inline
+      - id: reminder
+        after: 3d
+        subject: "Still there?"
+        text: "..."
+
+An inline audience is a list whose items are an address ('a@b.c', 'Ann <a@b.c>') or a mapping
+with `email` plus any other keys, which become template variables. A string audience is a CSV
+file, relative to the YAML's folder; `{csv: path}` means the same and is where options of other
+sources will go (a URL source is planned: add a model and a Tag to AudienceSource, and a branch
+to audience.iter_audience). Steps carry `channel: email`, the only channel so far; another
+channel would become a second step model discriminated on that key.
+
+Problems with the file are all collected and raised together as one SpecError; see
+errors.SpecError.problems.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    Strict,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from campaigns.addresses import (
+    AddressError,
+    Mailbox,
+    make_mailbox,
+    normalise_address,
+    split_display_name,
+)
+from campaigns.durations import DURATION_HINT, format_duration, parse_duration
+from campaigns.errors import AudienceError, CampaignError, SpecError
+from campaigns.yaml_loader import YamlLines, YamlPath, format_path, load_yaml, parse_path
+
+# Campaign files are hand-written; anything bigger is a mistake or an audience that belongs in
+# a CSV file, and YAML parsing would need many times this much memory.
+MAX_SPEC_BYTES = 16 * 1024 * 1024
+
+STEP_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+CAMPAIGN_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
+
+_LINE_BREAKS = ("\r", "\n")
+_HASH_FORMAT = "herald-campaign-hash v1"
+
+
+class _Invalid(ValueError):
+    """A validation failure with an optional hint; error translation picks the hint up."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def closest_key_hint(key: object, valid_keys: list[str]) -> str:
+    """'did you mean ...?' when a valid key is close, else the list of valid keys."""
+    matches = difflib.get_close_matches(str(key), valid_keys, n=1, cutoff=0.6)
+    if matches:
+        return f"did you mean {matches[0]!r}?"
+    return "valid keys: " + ", ".join(valid_keys)
+
+
+def _reject_line_breaks(value: str, what: str, hint: str | None = None) -> None:
+    if any(char in value for char in _LINE_BREAKS):
+        raise _Invalid(f"header injection: line break in {what}", hint)
+
+
+def _check_relative_file(value: str, what: str) -> str:
+    if not value.strip():
+        raise _Invalid(f"{what} is empty")
+    if any(ord(char) < 0x20 for char in value):
+        raise _Invalid(f"{what} contains a control character")
+    return value
+
+
+# --- from / reply_to -------------------------------------------------------------------------
+
+_MAILBOX_KEYS = ["address", "name"]
+
+
+def _coerce_mailbox(value: object) -> Mailbox:
+    """Accept 'Name <a@b.c>', 'a@b.c' or {address, name}; return a validated Mailbox."""
+    if isinstance(value, Mailbox):
+        return make_mailbox(value.address, value.name)
+    if isinstance(value, str):
+        try:
+            name, address = split_display_name(value)
+            return make_mailbox(address, name)
+        except AddressError as error:
+            raise _Invalid(f"invalid address {value!r}: {error}") from None
+    if isinstance(value, Mapping):
+        for key in value:
+            if key not in _MAILBOX_KEYS:
+                raise _Invalid(f"unknown key {key!r}", closest_key_hint(key, _MAILBOX_KEYS))
+        raw_address, display_name = value.get("address"), value.get("name")
+        if not isinstance(raw_address, str):
+            raise _Invalid("needs an 'address' (text)")
+        if display_name is not None and not isinstance(display_name, str):
+            raise _Invalid("'name' must be text", "put it in quotes")
+        try:
+            return make_mailbox(raw_address, display_name)
+        except AddressError as error:
+            raise _Invalid(f"invalid address {raw_address!r}: {error}") from None
+    raise _Invalid(
+        "expected an address",
+        "e.g. 'Acme News <news@acme.example>' or {address: ..., name: ...}",
+    )
+
+
+def _mailbox_as_mapping(mailbox: Mailbox) -> dict[str, str | None]:
+    return {"address": mailbox.address, "name": mailbox.name}
+
+
+MailboxField = Annotated[
+    Mailbox, PlainValidator(_coerce_mailbox), PlainSerializer(_mailbox_as_mapping)
+]
+
+
+# --- steps -----------------------------------------------------------------------------------
+
+
+def _parse_after(value: object) -> object:
+    if isinstance(value, timedelta):
+        if value < timedelta(0):
+            raise _Invalid("negative delays are not allowed", DURATION_HINT)
+        return value
+    if isinstance(value, (str, int)):
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            raise _Invalid(str(error), DURATION_HINT) from None
+    raise _Invalid(f"expected a duration, got {_describe(value)}", DURATION_HINT)
+
+
+Delay = Annotated[
+    timedelta,
+    BeforeValidator(_parse_after),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
+
+
+class StepSpec(BaseModel):
+    """One message of the campaign's sequence, sent `after` the previous one's schedule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    subject: str
+    template: str | None = None  # file relative to the YAML's folder
+    text: str | None = None
+    html: str | None = None
+    after: Delay = timedelta(0)
+    channel: Literal["email"] = "email"
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not STEP_ID_PATTERN.fullmatch(value):
+            raise _Invalid(
+                f"invalid step id {value!r}",
+                "use lower-case letters, digits, '-' and '_', starting with a letter or digit,"
+                " at most 64 characters",
+            )
+        return value
+
+    @field_validator("subject")
+    @classmethod
+    def _check_subject(cls, value: str) -> str:
+        _reject_line_breaks(
+            value, "subject", "write the subject on one line; a YAML | or > block adds a line break"
+        )
+        if "\x00" in value:
+            raise _Invalid("NUL character in subject")
+        if not value.strip():
+            raise _Invalid("subject is empty")
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _check_template(cls, value: str | None) -> str | None:
+        return None if value is None else _check_relative_file(value, "template path")
+
+    @model_validator(mode="after")
+    def _check_has_body(self) -> StepSpec:
+        if self.template is None and self.text is None and self.html is None:
+            raise _Invalid("step has no body", "set template, text or html")
+        return self
+
+
+# --- audience --------------------------------------------------------------------------------
+
+
+def _variable_text(key: str, value: object) -> str:
+    """Template variables are text; YAML scalars are written back the way YAML spells them."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if value is None:
+        return ""
+    if isinstance(value, date):
+        return value.isoformat()
+    raise _Invalid(f"variable {key!r} must be a plain value, not {_describe(value)}")
+
+
+def _only_key(mapping: Mapping[str, object], wanted: str) -> str | None:
+    """The key of `mapping` equal to `wanted` ignoring case (as for CSV headers)."""
+    keys = [key for key in mapping if key.lower() == wanted]
+    if len(keys) > 1:
+        raise _Invalid(f"{' and '.join(map(repr, keys))} both mean {wanted!r}")
+    return keys[0] if keys else None
+
+
+def _recipient_from_mapping(entry: Mapping[object, object]) -> dict[str, object]:
+    if any(not isinstance(key, str) for key in entry):
+        bad = next(key for key in entry if not isinstance(key, str))
+        raise _Invalid(f"keys must be text, got {_describe(bad)}")
+    entry_by_name: dict[str, object] = {str(key): value for key, value in entry.items()}
+    email_key = _only_key(entry_by_name, "email")
+    if email_key is None:
+        raise _Invalid("recipient has no 'email'", "e.g. {email: ann@example.com, name: Ann}")
+    name_key = _only_key(entry_by_name, "name")
+    variables: dict[str, str] = {}
+    for key, value in entry_by_name.items():
+        canonical = "email" if key == email_key else "name" if key == name_key else key
+        variables[canonical] = _variable_text(key, value)
+    return {
+        "email": entry_by_name[email_key],
+        "name": entry_by_name[name_key] if name_key is not None else None,
+        "variables": variables,
+    }
+
+
+class InlineRecipient(BaseModel):
+    """One recipient written in the YAML itself.
+
+    YAML form: 'a@b.c', 'Ann <a@b.c>', or {email: ..., name: ..., any_variable: ...}.
+    `variables` holds every key of the entry as text, the address as written under 'email'.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    email: str  # normalised
+    name: str | None = None
+    variables: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_yaml(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                name, address = split_display_name(value)
+            except AddressError as error:
+                raise _Invalid(f"invalid address {value!r}: {error}") from None
+            variables = {"email": address} | ({"name": name} if name is not None else {})
+            return {"email": address, "name": name, "variables": variables}
+        # The model's own form (from Python or a dump) has a mapping under 'variables', which
+        # the YAML form cannot have: its values are plain text, numbers or dates.
+        if isinstance(value, Mapping):
+            if isinstance(value.get("variables"), Mapping):
+                return value
+            return _recipient_from_mapping(value)
+        if isinstance(value, InlineRecipient):
+            return value
+        raise _Invalid(
+            f"expected an address or a mapping with 'email', got {_describe(value)}",
+            "e.g. ann@example.com or {email: ann@example.com, name: Ann}",
+        )
+
+    @field_validator("email")
+    @classmethod
+    def _normalise_email(cls, value: str) -> str:
+        try:
+            return normalise_address(value)
+        except AddressError as error:
+            raise _Invalid(f"invalid address {value!r}: {error}") from None
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        _reject_line_breaks(value, "name")
+        return value.strip() or None
+
+
+class InlineAudience(BaseModel):
+    """Recipients listed in the YAML file (YAML form: a list)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    entries: tuple[InlineRecipient, ...] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_list(cls, value: object) -> object:
+        return {"entries": value} if isinstance(value, (list, tuple)) else value
+
+
+class CsvAudience(BaseModel):
+    """Recipients in a CSV file (YAML form: the path, or {csv: path}), relative to the YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    csv: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_path(cls, value: object) -> object:
+        return {"csv": value} if isinstance(value, str) else value
+
+    @field_validator("csv")
+    @classmethod
+    def _check_csv(cls, value: str) -> str:
+        return _check_relative_file(value, "CSV path")
+
+    def resolve(self, base_dir: Path) -> Path:
+        return (base_dir / self.csv).resolve()
+
+
+def _audience_kind(value: object) -> str | None:
+    if isinstance(value, (InlineAudience, list, tuple)):
+        return "inline"
+    if isinstance(value, (CsvAudience, str)):
+        return "csv"
+    if isinstance(value, Mapping):
+        if "csv" in value:
+            return "csv"
+        if "entries" in value:
+            return "inline"
+    return None
+
+
+_AUDIENCE_TAGS = ("inline", "csv")
+AudienceSource = Annotated[
+    Annotated[InlineAudience, Tag("inline")] | Annotated[CsvAudience, Tag("csv")],
+    Discriminator(
+        _audience_kind,
+        custom_error_type="audience_form",
+        custom_error_message=(
+            "expected a list of recipients, a CSV file path, or a mapping such as {csv: path}"
+        ),
+    ),
+]
+
+
+# --- the campaign ----------------------------------------------------------------------------
+
+
+class CampaignSpec(BaseModel):
+    """A whole campaign file. YAML key `from` is the field `sender` (a Python keyword)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True
+    )
+
+    name: str
+    sender: MailboxField = Field(alias="from")
+    reply_to: MailboxField | None = None
+    audience: AudienceSource
+    steps: list[StepSpec] = Field(min_length=1)
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=20)] = 5
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if not CAMPAIGN_NAME_PATTERN.fullmatch(value):
+            raise _Invalid(
+                f"invalid campaign name {value!r}",
+                "use lower-case letters, digits, '.', '-' and '_', starting with a letter or"
+                " digit, at most 128 characters",
+            )
+        return value
+
+    @field_validator("steps")
+    @classmethod
+    def _check_unique_step_ids(cls, steps: list[StepSpec]) -> list[StepSpec]:
+        first_index: dict[str, int] = {}
+        for index, step in enumerate(steps):
+            if step.id in first_index:
+                raise PydanticCustomError(
+                    "duplicate_step_id",
+                    "duplicate step id '{step_id}', already used by steps[{first_index}]",
+                    {"step_id": step.id, "index": index, "first_index": first_index[step.id]},
+                )
+            first_index[step.id] = index
+        return steps
+
+
+# --- validation errors in plain English ------------------------------------------------------
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return f"the yes/no value {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _quote_hint(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "YAML reads yes/no/on/off/true/false as yes/no values; put text in quotes"
+    if isinstance(value, (int, float, date)):
+        return "put the value in quotes"
+    return None
+
+
+def _valid_keys(parent: YamlPath) -> list[str] | None:
+    """The keys allowed in the mapping at `parent`, for 'did you mean' suggestions."""
+    model: type[BaseModel] | None = None
+    if parent == ():
+        model = CampaignSpec
+    elif len(parent) == 2 and parent[0] == "steps":
+        model = StepSpec
+    elif parent == ("audience",):
+        model = CsvAudience
+    if model is None:
+        return None
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _yaml_path(loc: tuple[int | str, ...]) -> YamlPath:
+    """Drop the parts of a pydantic `loc` that do not exist in the YAML (union tags)."""
+    path = list(loc)
+    if len(path) > 1 and path[0] == "audience" and path[1] in _AUDIENCE_TAGS:
+        tag = path.pop(1)
+        if tag == "inline" and len(path) > 1 and path[1] == "entries":
+            path.pop(1)
+    return tuple(path)
+
+
+def _translate(error: ErrorDetails) -> tuple[YamlPath, YamlPath, str, str | None]:
+    """(path of the problem, path to name as its field, message, hint) for one pydantic error."""
+    path = _yaml_path(error["loc"])
+    kind, value, context = error["type"], error.get("input"), error.get("ctx", {})
+    cause = context.get("error")
+    if kind == "extra_forbidden":
+        valid = _valid_keys(path[:-1])
+        hint = closest_key_hint(path[-1], valid) if valid else None
+        return path, path[:-1], f"unknown key {path[-1]!r}", hint
+    if kind == "missing":
+        return path[:-1], path[:-1], f"missing required key {path[-1]!r}", None
+    if kind == "duplicate_step_id":
+        path = ("steps", context["index"], "id")
+        return path, path, error["msg"], "step ids must be unique within a campaign"
+    if isinstance(cause, Exception):
+        return path, path, str(cause), getattr(cause, "hint", None)
+    if kind == "string_type":
+        return path, path, f"expected text, got {_describe(value)}", _quote_hint(value)
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return path, path, f"expected a whole number, got {_describe(value)}", None
+    if kind == "greater_than_equal":
+        return path, path, f"must be at least {context['ge']}, got {_describe(value)}", None
+    if kind == "less_than_equal":
+        return path, path, f"must be at most {context['le']}, got {_describe(value)}", None
+    if kind == "too_short":
+        if path == ("steps",):
+            return path, path, "a campaign needs at least one step", None
+        return path, path, "must not be empty", None
+    if kind in ("list_type", "tuple_type"):
+        return path, path, f"expected a list, got {_describe(value)}", None
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return path, path, f"expected a mapping of keys, got {_describe(value)}", None
+    if kind == "literal_error":
+        return path, path, f"must be {context['expected']}, got {_describe(value)}", None
+    if kind == "invalid_key":
+        return path, path, f"keys must be text, got {_describe(value)}", None
+    return path, path, str(error["msg"]), None
+
+
+def _problems_from(error: ValidationError, lines: YamlLines, file: str) -> list[CampaignError]:
+    problems: list[CampaignError] = []
+    for details in error.errors(include_url=False):
+        path, field_path, message, hint = _translate(details)
+        problems.append(
+            SpecError(
+                message,
+                file=file,
+                line=lines.nearest_line(path),
+                field=format_path(field_path) or None,
+                hint=hint,
+            )
+        )
+    return problems
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedCampaign:
+    """A validated campaign file, with what is needed to resolve files and report lines."""
+
+    spec: CampaignSpec
+    path: Path  # resolved path of the YAML file
+    base_dir: Path  # its folder: templates and CSV files resolve here
+    source: bytes  # the exact file bytes
+    spec_hash: str  # see campaign_hash()
+    lines: YamlLines = field(default_factory=YamlLines, repr=False, compare=False)
+
+    def line_of(self, field_path: str) -> int | None:
+        """The YAML line of e.g. 'steps[1].after' ('from' or 'sender'); None if not in the file.
+
+        Raises ValueError for a malformed path.
+        """
+        path = parse_path(field_path)
+        if path[:1] == ("sender",):
+            path = ("from", *path[1:])
+        return self.lines.line_of(path)
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the YAML, resolved against the YAML's folder."""
+        return (self.base_dir / relative).resolve()
+
+    def template_path(self, step: StepSpec) -> Path | None:
+        return None if step.template is None else self.resolve(step.template)
+
+
+def _read_source(path: Path, file: str) -> bytes:
+    try:
+        with path.open("rb") as stream:
+            source = stream.read(MAX_SPEC_BYTES + 1)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise SpecError(f"cannot read campaign file: {reason}", file=file) from None
+    if len(source) > MAX_SPEC_BYTES:
+        raise SpecError(
+            f"campaign file is larger than {MAX_SPEC_BYTES // (1024 * 1024)} MiB",
+            file=file,
+            hint="put large audiences in a CSV file",
+        )
+    return source
+
+
+def _decode(source: bytes, file: str) -> str:
+    try:
+        return source.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = source.count(b"\n", 0, error.start) + 1
+        raise SpecError("the file is not valid UTF-8", file=file, line=line) from None
+
+
+def _top_level_mapping(data: object, file: str) -> dict[Any, Any]:
+    if isinstance(data, dict):
+        return data
+    found = "the file is empty" if data is None else f"found {_describe(data)}"
+    raise SpecError(
+        f"the top level must be a mapping of keys; {found}",
+        file=file,
+        line=1,
+        hint="start with keys such as name:, from:, audience:, steps:",
+    )
+
+
+def _file_digest(path: Path) -> str:
+    """sha256 of a file, read in chunks: audience files can be large."""
+    with path.open("rb") as stream:
+        return hashlib.file_digest(stream, "sha256").hexdigest()
+
+
+def _template_digests(
+    spec: CampaignSpec, base_dir: Path, lines: YamlLines, file: str
+) -> list[tuple[str, str]]:
+    digests: list[tuple[str, str]] = []
+    problems: list[CampaignError] = []
+    for index, step in enumerate(spec.steps):
+        if step.template is None:
+            continue
+        path = (base_dir / step.template).resolve()
+        try:
+            if not path.is_file():
+                raise FileNotFoundError(0, "not a file" if path.exists() else "no such file")
+            digests.append((step.template, _file_digest(path)))
+        except OSError as error:
+            where = ("steps", index, "template")
+            problems.append(
+                SpecError(
+                    f"cannot read template file {str(path)!r}: {error.strerror or error}",
+                    file=file,
+                    line=lines.nearest_line(where),
+                    field=format_path(where),
+                )
+            )
+    if problems:
+        raise SpecError.from_problems(problems, file=file)
+    return digests
+
+
+def _audience_digests(
+    spec: CampaignSpec, base_dir: Path, lines: YamlLines, file: str
+) -> list[tuple[str, str]]:
+    audience = spec.audience
+    if not isinstance(audience, CsvAudience):
+        return []  # an inline audience is part of the YAML bytes already
+    path = audience.resolve(base_dir)
+    try:
+        if not path.is_file():
+            raise FileNotFoundError(0, "not a file" if path.exists() else "no such file")
+        return [(audience.csv, _file_digest(path))]
+    except OSError as error:
+        raise AudienceError(
+            f"cannot read audience CSV file {str(path)!r}: {error.strerror or error}",
+            file=file,
+            line=lines.nearest_line(("audience",)),
+            field="audience",
+        ) from None
+
+
+def campaign_hash(
+    source: bytes, templates: list[tuple[str, str]], audience: list[tuple[str, str]]
+) -> str:
+    """sha256 over a manifest of the YAML bytes and every file it references.
+
+    Each file is hashed on its own (streaming), and the manifest lists those digests with the
+    paths as written in the YAML, one per line, JSON-quoted so no path can forge a line. So an
+    edit of a template or of the CSV changes the hash, while moving the whole folder does not.
+    """
+    manifest = [_HASH_FORMAT, f"campaign {hashlib.sha256(source).hexdigest()}"]
+    manifest += [f"template {json.dumps(ref)} {digest}" for ref, digest in templates]
+    manifest += [f"audience {json.dumps(ref)} {digest}" for ref, digest in audience]
+    return hashlib.sha256("\n".join(manifest).encode("utf-8")).hexdigest()
+
+
+def _sort_key(problem: CampaignError) -> tuple[int, int]:
+    return (0, problem.line) if problem.line is not None else (1, 0)
+
+
+def load_campaign(path: Path) -> LoadedCampaign:
+    """Read, parse and validate a campaign file.
+
+    Raises SpecError for every problem with the file (all validation problems at once, see
+    SpecError.problems), including a template file it names that cannot be read; AudienceError
+    when the CSV file it names cannot be read (needed here because the CSV is part of the hash).
+    """
+    file = str(path)
+    source = _read_source(path, file)
+    document = load_yaml(_decode(source, file), file=file)
+    data = dict(_top_level_mapping(document.data, file))
+    problems: list[CampaignError] = []
+    if "sender" in data:
+        # Accepted by name from Python code only: the YAML spelling is `from`.
+        del data["sender"]
+        problems.append(
+            SpecError(
+                "unknown key 'sender'",
+                file=file,
+                line=document.lines.line_of(("sender",)),
+                hint="did you mean 'from'?",
+            )
+        )
+    spec: CampaignSpec | None = None
+    try:
+        spec = CampaignSpec.model_validate(data)
+    except ValidationError as error:
+        problems += _problems_from(error, document.lines, file)
+    if problems or spec is None:
+        raise SpecError.from_problems(sorted(problems, key=_sort_key), file=file)
+    resolved = path.resolve()
+    base_dir = resolved.parent
+    templates = _template_digests(spec, base_dir, document.lines, file)
+    audience = _audience_digests(spec, base_dir, document.lines, file)
+    return LoadedCampaign(
+        spec=spec,
+        path=resolved,
+        base_dir=base_dir,
+        source=source,
+        spec_hash=campaign_hash(source, templates, audience),
+        lines=document.lines,
+    )

@@ -1,0 +1,292 @@
+"""A development SMTP sink: accepts every message and files it, byte for byte, in a Maildir.
+
+It is a dev tool, so it binds loopback only unless told otherwise, and it stores before it replies
+250 (written, fsync'd, renamed into ``new/``) so that what it acknowledged is really on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import itertools
+import logging
+import mailbox
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from email.errors import HeaderParseError
+from email.header import decode_header, make_header
+from email.message import Message
+from email.parser import BytesHeaderParser
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from herald.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SINK_PORT = 1025
+# Generous: a dev sink should never be the reason a big test message bounces.
+SINK_DATA_SIZE_LIMIT = 50 * 1024 * 1024
+# Named explicitly so aiosmtpd does not call socket.getfqdn(), which can stall on DNS.
+SINK_SERVER_NAME = "herald-sink"
+
+
+class NonLoopbackBindRefused(UsageError):
+    """The sink was asked to listen on an address reachable from other machines."""
+
+
+@dataclass(frozen=True)
+class SinkedMessage:
+    message_id: str | None
+    mail_from: str
+    rcpt_tos: tuple[str, ...]
+    subject: str | None
+    path: Path
+    size: int
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago. Racy by nature: prefer ``port=0`` where it is accepted."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        # A host name other than localhost may resolve anywhere; "" means every interface.
+        return False
+
+
+def require_loopback(host: str, *, allow_remote: bool) -> None:
+    if allow_remote or is_loopback(host):
+        return
+    raise NonLoopbackBindRefused(
+        f"refusing to listen on {host!r}: the sink accepts mail from anyone who can reach it",
+        hint="use a loopback address such as 127.0.0.1, or pass allow_remote explicitly",
+    )
+
+
+class BoundPortController(Controller):
+    """aiosmtpd's threaded Controller, made to work with ``port=0``.
+
+    ``Controller.start`` probes readiness by connecting to ``self.port``, which would be 0. The
+    listening socket already exists when the probe runs, so read the kernel-chosen port from it
+    first: no window in which another process could take the port, unlike ``free_port()``.
+    """
+
+    def _trigger_server(self) -> None:
+        server = self.server
+        assert isinstance(server, asyncio.Server)
+        self.port = server.sockets[0].getsockname()[1]
+        super()._trigger_server()  # type: ignore[no-untyped-call]  # unannotated in aiosmtpd
+
+
+class MaildirSink:
+    """aiosmtpd handler storing every message in a Maildir, fsync'd, then replying 250."""
+
+    def __init__(
+        self, maildir: Path, on_message: Callable[[SinkedMessage], None] | None = None
+    ) -> None:
+        self.maildir = Path(maildir)
+        self.on_message = on_message
+        # Creates tmp/, new/ and cur/ if missing; delivery itself is ours, because mailbox does
+        # not fsync and a 250 must mean "on disk".
+        self.maildir.parent.mkdir(parents=True, exist_ok=True)
+        mailbox.Maildir(self.maildir, create=True)
+        self._sequence = itertools.count(1)
+
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        content: bytes = envelope.original_content or b""
+        path = self._deliver(content)
+        if self.on_message is not None:
+            try:
+                self.on_message(self._describe(envelope, content, path))
+            except Exception:
+                # The message is already durable: a failing report (say, a closed stdout) must
+                # not turn it into an error reply, or the client would send it again.
+                log.exception("on_message failed for %s", path)
+        return "250 OK: stored"
+
+    def _deliver(self, content: bytes) -> Path:
+        # Maildir delivery: write in tmp/, fsync, rename into new/, fsync new/, so a reader never
+        # sees a half-written file and a 250 always means the bytes are durable.
+        name = self._unique_name()
+        tmp_path = self.maildir / "tmp" / name
+        new_path = self.maildir / "new" / name
+        with open(tmp_path, "xb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.rename(tmp_path, new_path)
+        fsync_directory(new_path.parent)
+        return new_path
+
+    def _unique_name(self) -> str:
+        # The classic time.pid_sequence.host form; ':' and '/' would clash with Maildir flags/paths.
+        host = socket.gethostname().replace("/", "_").replace(":", "_")
+        return f"{time.time_ns()}.P{os.getpid()}Q{next(self._sequence)}.{host}"
+
+    @staticmethod
+    def _describe(envelope: Envelope, content: bytes, path: Path) -> SinkedMessage:
+        headers = BytesHeaderParser().parsebytes(content)
+        return SinkedMessage(
+            message_id=_header_text(headers, "Message-ID"),
+            mail_from=envelope.mail_from or "",
+            rcpt_tos=tuple(envelope.rcpt_tos),
+            subject=_header_text(headers, "Subject"),
+            path=path,
+            size=len(content),
+        )
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or create inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _header_text(headers: Message, name: str) -> str | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        text = str(make_header(decode_header(str(raw))))
+    except (HeaderParseError, LookupError, UnicodeError):
+        # An undecodable encoded-word is still worth showing as-is.
+        text = str(raw)
+    # Unfold: the echo line must stay one line.
+    return " ".join(text.split())
+
+
+class SinkHandle:
+    """A running sink. ``port`` is the real port, also when 0 was asked for."""
+
+    def __init__(self, controller: BoundPortController) -> None:
+        self._controller: BoundPortController | None = controller
+        self.host: str = controller.hostname
+        self.port: int = controller.port
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+            self._controller = None
+
+    def __enter__(self) -> SinkHandle:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_controller(
+    handler: Any, *, host: str, port: int, server_name: str
+) -> BoundPortController:
+    """Start a threaded aiosmtpd server that hands the handler exact bytes (no decoding)."""
+    controller = BoundPortController(
+        handler,
+        hostname=host,
+        port=port,
+        server_hostname=server_name,
+        data_size_limit=SINK_DATA_SIZE_LIMIT,
+        decode_data=False,
+        # Our own loop, so a controller never inherits (or closes) the caller's.
+        loop=asyncio.new_event_loop(),
+    )
+    controller.start()
+    return controller
+
+
+def start_sink(
+    maildir: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_SINK_PORT,
+    on_message: Callable[[SinkedMessage], None] | None = None,
+    allow_remote: bool = False,
+) -> SinkHandle:
+    """Start the sink in a background thread. ``on_message`` is called from that thread."""
+    require_loopback(host, allow_remote=allow_remote)
+    handler = MaildirSink(maildir, on_message)
+    return SinkHandle(start_controller(handler, host=host, port=port, server_name=SINK_SERVER_NAME))
+
+
+def format_sinked(message: SinkedMessage, *, at: float | None = None) -> str:
+    clock = time.strftime("%H:%M:%S", time.localtime(at))
+    return (
+        f"{clock} {message.message_id or '-'} {message.mail_from or '<>'}"
+        f" -> {','.join(message.rcpt_tos)} {message.subject or '(no subject)'}"
+        f" ({message.size} bytes)"
+    )
+
+
+def serve_sink_forever(
+    maildir: Path,
+    *,
+    host: str,
+    port: int,
+    echo: Callable[[str], None],
+    allow_remote: bool = False,
+    on_ready: Callable[[SinkHandle], None] | None = None,
+) -> None:
+    """Run the sink until Ctrl-C or SIGTERM, echoing one line per message.
+
+    ``on_ready`` receives the running handle (e.g. to print the real port when ``port=0``).
+    """
+    stop_requested = threading.Event()
+    with (
+        _stop_on_sigterm(stop_requested),
+        start_sink(
+            maildir,
+            host=host,
+            port=port,
+            allow_remote=allow_remote,
+            on_message=lambda message: echo(format_sinked(message)),
+        ) as handle,
+    ):
+        if on_ready is not None:
+            on_ready(handle)
+        # Ctrl-C is the normal way to stop a dev server, not an error.
+        with suppress(KeyboardInterrupt):
+            stop_requested.wait()
+
+
+@contextmanager
+def _stop_on_sigterm(stop_requested: threading.Event) -> Iterator[None]:
+    # Signal handlers can only be installed from the main thread; elsewhere the caller owns
+    # shutdown (and SIGTERM keeps its default meaning).
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,359 @@
+"""Compile a step's subject and bodies once, then render them once per recipient.
+
+Security model: campaign authors write templates; recipients supply the variables. Templates run
+in Jinja's immutable sandbox with strict undefined handling, and may only load files from the
+campaign's folder (``base_dir``) and Herald's built-in layouts (``herald/<name>``). Every
+attempt to reach Python internals fails the render with a TemplateError instead of printing
+anything. The sandbox does not bound CPU or memory: a template author can still write a slow
+template, which is acceptable because authors are operators, not recipients.
+
+Jinja settings a template author should know about:
+
+- HTML (``.html``/``.htm`` files and inline ``html``) is autoescaped; text and subject are not.
+- ``trim_blocks`` and ``lstrip_blocks`` are on, so block tags on their own line leave no blank
+  lines or indentation behind; this matters most in text bodies.
+- ``None`` prints as an empty string, so an optional field that is present but empty does not
+  print "None" into a customer's email. A missing variable is still an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import Literal
+
+from jinja2 import BaseLoader, Environment, FileSystemLoader, StrictUndefined, Template, meta
+from jinja2.exceptions import (
+    SecurityError,
+    TemplateNotFound,
+    TemplateSyntaxError,
+    UndefinedError,
+)
+from jinja2.runtime import Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import missing, object_type_repr
+
+from templates.errors import TemplateError
+from templates.html_to_text import html_to_text
+
+Part = Literal["subject", "text", "html"]
+
+LAYOUT_PREFIX = "herald/"
+LAYOUTS_DIR = Path(__file__).parent / "layouts"
+
+_HTML_SUFFIXES = (".html", ".htm")
+_TEXT_SUFFIXES = (".txt", ".text")
+# Everything str.splitlines() breaks on: the email package treats each as a line end, so any of
+# them in a header value would start a new header.
+_LINE_BREAKS = frozenset("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
+def contains_line_break(value: str) -> bool:
+    """True when ``value`` would span more than one line in a message header."""
+    return not _LINE_BREAKS.isdisjoint(value)
+
+
+@dataclass(frozen=True)
+class RenderedContent:
+    subject: str
+    text: str  # always present: derived from html when the step gives only html
+    html: str | None
+
+
+class StepTemplate:
+    """A step's subject/text/html compiled once, rendered once per recipient."""
+
+    def __init__(
+        self,
+        *,
+        subject: Template,
+        text: Template | None,
+        html: Template | None,
+        loader: _HeraldLoader,
+    ) -> None:
+        # Use compile(); this constructor only stores what compile() prepared.
+        self._subject = subject
+        self._text = text
+        self._html = html
+        self._loader = loader
+
+    @classmethod
+    def compile(
+        cls,
+        *,
+        base_dir: Path,
+        subject: str,
+        text: str | None = None,
+        html: str | None = None,
+        template: str | None = None,
+    ) -> StepTemplate:
+        """Compile the step's parts; ``template`` is a file in ``base_dir`` holding one body."""
+        if template is not None:
+            part = _body_part_of(template)
+            if (text if part == "text" else html) is not None:
+                raise TemplateError(
+                    f"the {part} body is given twice: as template file and as inline {part}",
+                    template=template,
+                )
+        if text is None and html is None and template is None:
+            raise TemplateError("the step has no body: give text, html or a template file")
+
+        loader = _HeraldLoader(base_dir)
+        environment = _make_environment(loader)
+        compiled: dict[Part, Template] = {
+            "subject": _compile_inline(environment, "subject", subject)
+        }
+        if text is not None:
+            compiled["text"] = _compile_inline(environment, "text", text)
+        if html is not None:
+            compiled["html"] = _compile_inline(environment, "html", html)
+        if template is not None:
+            compiled[_body_part_of(template)] = _compile_file(environment, loader, template)
+        return cls(
+            subject=compiled["subject"],
+            text=compiled.get("text"),
+            html=compiled.get("html"),
+            loader=loader,
+        )
+
+    def render(self, variables: Mapping[str, object]) -> RenderedContent:
+        subject = self._render_part("subject", self._subject, variables).strip()
+        if contains_line_break(subject):
+            raise TemplateError("subject contains a line break (header injection)")
+        html = None if self._html is None else self._render_part("html", self._html, variables)
+        if self._text is not None:
+            text = self._render_part("text", self._text, variables)
+        else:
+            assert html is not None  # compile() guarantees at least one body
+            text = html_to_text(html)
+        return RenderedContent(subject=subject, text=text, html=html)
+
+    def _render_part(self, part: Part, template: Template, variables: Mapping[str, object]) -> str:
+        try:
+            return template.render(variables)
+        except TemplateSyntaxError as exc:  # a dynamically included file that does not compile
+            raise _syntax_error(exc, self._loader) from exc
+        except TemplateNotFound as exc:
+            raise TemplateError(
+                f"{part} includes a template that does not exist: {exc.name}"
+            ) from exc
+        except SecurityError as exc:
+            name, line = _innermost_template_line(exc.__traceback__, self._loader)
+            raise TemplateError(
+                f"the {part} template tried an unsafe operation: {exc.message}",
+                template=name,
+                line=line,
+            ) from exc
+        except UndefinedError as exc:
+            name, line = _innermost_template_line(exc.__traceback__, self._loader)
+            raise TemplateError(f"{exc.message} in {part}", template=name, line=line) from exc
+        except Exception as exc:
+            # Anything else (a filter's TypeError, a ZeroDivisionError, a recursion limit) is
+            # still the template's fault and must not escape as a foreign exception type.
+            name, line = _innermost_template_line(exc.__traceback__, self._loader)
+            raise TemplateError(
+                f"rendering {part} failed: {type(exc).__name__}: {exc}", template=name, line=line
+            ) from exc
+
+
+class _HeraldUndefined(StrictUndefined):
+    """StrictUndefined whose messages read well in an operator's error report."""
+
+    __slots__ = ()
+
+    @property
+    def _undefined_message(self) -> str:
+        if self._undefined_hint:
+            return self._undefined_hint
+        if self._undefined_obj is missing:
+            return f"undefined variable {self._undefined_name!r}"
+        return (
+            f"undefined attribute {self._undefined_name!r}"
+            f" of {object_type_repr(self._undefined_obj)}"
+        )
+
+
+class _HeraldSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, but an unsafe attribute fails at once instead of becoming undefined.
+
+    Jinja's sandbox turns ``''.__class__`` into an undefined value, which ``is defined``,
+    ``default()`` or ``{% if %}`` would then quietly accept. Raising here makes every attempt
+    to reach internals a render error, whatever the template does with the result.
+    """
+
+    def unsafe_undefined(self, obj: object, attribute: str) -> Undefined:
+        raise SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
+        )
+
+
+class _HeraldLoader(BaseLoader):
+    """Files from the campaign folder, and built-in layouts under ``herald/``.
+
+    ``herald/`` always means the built-in layouts, even if the campaign folder has a
+    ``herald`` subfolder, so a layout reference can never silently change meaning.
+    """
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self._campaign = FileSystemLoader(base_dir)
+        self._layouts = FileSystemLoader(LAYOUTS_DIR)
+        # Rendering errors point at a file by its path; operators know it by its name.
+        self.names_by_filename: dict[str, str] = {}
+
+    def get_source(
+        self, environment: Environment, template: str
+    ) -> tuple[str, str | None, Callable[[], bool] | None]:
+        if template.startswith(LAYOUT_PREFIX):
+            source, filename, uptodate = self._layouts.get_source(
+                environment, template[len(LAYOUT_PREFIX) :]
+            )
+        else:
+            # FileSystemLoader already refuses "..", but follows symlinks: check the real path.
+            source, filename, uptodate = self._campaign.get_source(environment, template)
+            if not _is_inside(filename, self.base_dir):
+                raise TemplateNotFound(template)
+        if filename is not None:
+            self.names_by_filename[filename] = template
+        return source, filename, uptodate
+
+    def describe(self, name: str) -> str:
+        """Where ``name`` was looked for, for 'not found' messages."""
+        if name.startswith(LAYOUT_PREFIX):
+            return f"built-in layout {name}"
+        path = PurePosixPath(name)
+        if path.is_absolute() or ".." in path.parts:
+            return f"{name} (only files inside {self.base_dir} can be loaded)"
+        return str(self.base_dir / name)
+
+
+def _make_environment(loader: _HeraldLoader) -> _HeraldSandbox:
+    return _HeraldSandbox(
+        loader=loader,
+        undefined=_HeraldUndefined,
+        autoescape=_autoescapes,
+        finalize=_none_as_empty,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        # Every referenced file is loaded at compile time and then never re-read: render
+        # must not stat files per recipient, and a campaign must not change mid-send.
+        auto_reload=False,
+        cache_size=-1,
+    )
+
+
+def _autoescapes(name: str | None) -> bool:
+    return name is not None and (name.endswith(_HTML_SUFFIXES) or name == _inline_name("html"))
+
+
+def _none_as_empty(value: object) -> object:
+    return "" if value is None else value
+
+
+def _inline_name(part: Part) -> str:
+    # Angle brackets mark a name that no loader serves, like Jinja's own "<template>".
+    return f"<inline {part}>"
+
+
+def _body_part_of(template: str) -> Part:
+    suffix = PurePosixPath(template).suffix.lower()
+    if suffix in _HTML_SUFFIXES:
+        return "html"
+    if suffix in _TEXT_SUFFIXES:
+        return "text"
+    raise TemplateError(
+        "a template file must end in .html or .htm (HTML body) or .txt or .text (text body)",
+        template=template,
+    )
+
+
+def _compile_inline(environment: _HeraldSandbox, part: Part, source: str) -> Template:
+    name = _inline_name(part)
+    try:
+        code = environment.compile(source, name=name, filename=name)
+        compiled = environment.template_class.from_code(
+            environment, code, environment.make_globals(None)
+        )
+    except TemplateSyntaxError as exc:
+        raise TemplateError(f"syntax error in {part}: {exc.message}", line=exc.lineno) from exc
+    _load_references(environment, source, seen=set())
+    return compiled
+
+
+def _compile_file(environment: _HeraldSandbox, loader: _HeraldLoader, name: str) -> Template:
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts:
+        raise TemplateError(
+            f"a template file must be inside the campaign folder {loader.base_dir}", template=name
+        )
+    try:
+        compiled = environment.get_template(name)
+    except TemplateNotFound as exc:
+        raise TemplateError(f"template file not found: {loader.describe(name)}") from exc
+    except TemplateSyntaxError as exc:
+        raise _syntax_error(exc, loader) from exc
+    source, _, _ = loader.get_source(environment, name)
+    _load_references(environment, source, seen={name})
+    return compiled
+
+
+def _load_references(environment: _HeraldSandbox, source: str, *, seen: set[str]) -> None:
+    """Compile every layout/include/import named literally in ``source``, recursively.
+
+    This surfaces a missing layout or a syntax error in one at compile time, once, and leaves
+    the compiled templates in the environment's cache for every later render. Names computed at
+    render time cannot be known here; they are loaded on first use.
+    """
+    loader = environment.loader
+    assert isinstance(loader, _HeraldLoader)
+    for name in meta.find_referenced_templates(environment.parse(source)):
+        if name is None or name in seen:
+            continue
+        seen.add(name)
+        try:
+            environment.get_template(name)
+            referenced_source, _, _ = loader.get_source(environment, name)
+        except TemplateNotFound as exc:
+            raise TemplateError(f"template not found: {loader.describe(name)}") from exc
+        except TemplateSyntaxError as exc:
+            raise _syntax_error(exc, loader) from exc
+        _load_references(environment, referenced_source, seen=seen)
+
+
+def _syntax_error(exc: TemplateSyntaxError, loader: _HeraldLoader) -> TemplateError:
+    name = exc.name
+    if exc.filename is not None:
+        name = loader.names_by_filename.get(exc.filename, name)
+    return TemplateError(f"syntax error: {exc.message}", template=name, line=exc.lineno)
+
+
+def _innermost_template_line(
+    traceback: TracebackType | None, loader: _HeraldLoader
+) -> tuple[str | None, int | None]:
+    """The template file and line that raised, from the traceback Jinja rewrites.
+
+    Jinja replaces each template frame with one whose filename is the template's and whose line
+    is the template line, so the last such frame is where the error happened. Inline parts have
+    no file name: only their line is returned.
+    """
+    inline_names = {_inline_name(part) for part in ("subject", "text", "html")}
+    found: tuple[str | None, int | None] = (None, None)
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if filename in inline_names:
+            found = (None, traceback.tb_lineno)
+        elif filename in loader.names_by_filename:
+            found = (loader.names_by_filename[filename], traceback.tb_lineno)
+        traceback = traceback.tb_next
+    return found
+
+
+def _is_inside(filename: str | None, directory: Path) -> bool:
+    if filename is None:
+        return False
+    real_file = os.path.realpath(filename)
+    real_dir = os.path.realpath(directory)
+    return os.path.commonpath([real_file, real_dir]) == real_dir

@@ -1,0 +1,1 @@
+"""Test helpers that are real programs (servers, fault injectors), not fixtures."""
