@@ -15,7 +15,7 @@ from campaigns.spec import load_campaign
 from dispatch.states import State, is_valid_path
 from dispatch.store import OutboxStore
 from scheduler.fanout import materialise
-from tests.support.campaign_files import run_worker, write_campaign
+from tests.support.campaign_files import run_worker
 from tests.support.smtp_server import Fault, FaultPlan, LedgerSMTPServer
 
 ONE_STEP = """\
