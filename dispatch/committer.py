@@ -150,8 +150,7 @@ class GroupCommitter:
 
     def _execute(self, batch: list[_Request]) -> None:
         try:
-            with self.engine.begin() as conn:
-                results = self._apply(conn, batch)
+            results = self._transaction(batch)
         except Exception as exc:  # every request learns its batch failed; none is resolved OK
             self.stats.failures += 1
             for request in batch:
@@ -163,6 +162,11 @@ class GroupCommitter:
         for request, result in zip(batch, results, strict=True):
             self.stats.by_kind[request.kind] = self.stats.by_kind.get(request.kind, 0) + 1
             _resolve(request, result=result)
+
+    def _transaction(self, batch: list[_Request]) -> list[Any]:
+        """One transaction for the whole batch; returns only once it is committed."""
+        with self.engine.begin() as conn:
+            return self._apply(conn, batch)
 
     def _apply(self, conn: sa.Connection, batch: list[_Request]) -> list[Any]:
         results: list[Any] = [None] * len(batch)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -79,9 +80,18 @@ def _refused(exc: aiosmtplib.SMTPResponseException, where: str) -> Outcome:
 class SmtpTransport:
     """A pool of reusable SMTP connections, one transaction per job."""
 
-    def __init__(self, config: SmtpConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        config: SmtpConfig,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        on_data_written: Callable[[], None] | None = None,
+    ) -> None:
         self.config = config
         self.ssl_context = ssl_context
+        # Crash-point seam: called once the message and its final dot are handed to the
+        # socket, before the server's reply is read (the RFC 1047 gap).
+        self.on_data_written = on_data_written
         self._idle: list[aiosmtplib.SMTP] = []
 
     async def _connection(self) -> aiosmtplib.SMTP:
@@ -147,6 +157,8 @@ class _PreparedSmtp:
 
     async def deliver(self) -> Outcome:
         client = self.client
+        if self.transport.on_data_written is not None:
+            _watch_for_end_of_data(client, self.transport.on_data_written)
         try:
             response = await client.data(
                 self.envelope.payload, timeout=self.transport.config.data_timeout
@@ -175,6 +187,20 @@ async def _reset_or_close(client: aiosmtplib.SMTP, transport: SmtpTransport) -> 
         client.close()
         return
     transport._reuse(client)
+
+
+def _watch_for_end_of_data(client: aiosmtplib.SMTP, callback: Callable[[], None]) -> None:
+    transport = client.transport
+    if not isinstance(transport, asyncio.WriteTransport):
+        return
+    write = transport.write
+
+    def write_then_notify(data: bytes | bytearray | memoryview) -> None:
+        write(data)
+        if bytes(data).endswith(b"\r\n.\r\n"):
+            callback()
+
+    transport.write = write_then_notify  # type: ignore[method-assign]
 
 
 def _mail_options(envelope: Envelope) -> tuple[list[str], str]:

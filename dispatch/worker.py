@@ -313,11 +313,17 @@ class Worker:
     async def _finish(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> None:
         completion = self._completion(job, outcome, before_data=before_data)
         # Completion writes are retried while the lease lasts; after that recovery owns the job.
+        failed_before = False
         while True:
             try:
                 applied = await self.committer.complete(completion)
+                if not applied and failed_before:
+                    # An earlier attempt may have committed with its acknowledgement lost.
+                    state = await self.committer.lease_state(job.lease)
+                    applied = state == completion.target.value
                 break
             except Exception as exc:
+                failed_before = True
                 if not self._lease_left(job) and time.monotonic() > self._lease_deadline.get(
                     job.id, 0.0
                 ):

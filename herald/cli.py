@@ -25,7 +25,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from campaigns.errors import CampaignError, SpecError
 from campaigns.spec import LoadedCampaign, load_campaign
 from dispatch.crashpoints import CrashPointError, CrashPoints
-from dispatch.smtp import SmtpUrlError
+from dispatch.smtp import SmtpTransport, SmtpUrlError
+from dispatch.testing import UNGUARDED_ENV, unguarded_start_sends
 from dispatch.worker import Worker, WorkerConfig
 from herald import status as status_view
 from herald.db import create_engine
@@ -267,8 +268,15 @@ def worker(
     smtp_url: SmtpUrl = DEFAULT_SMTP_URL,
     concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")] = 20,
     lease: Annotated[
-        float, typer.Option(min=5.0, help="Lease length in seconds (heartbeats renew it).")
+        float, typer.Option(min=1.0, help="Lease length in seconds (heartbeats renew it).")
     ] = 120.0,
+    recovery_interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between this worker's recovery passes.")
+    ] = 5.0,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(min=0.0, help="On SIGTERM, how long started sends may take to finish."),
+    ] = 30.0,
     until_idle: Annotated[
         bool,
         typer.Option(
@@ -302,9 +310,18 @@ def worker(
             idle_horizon_seconds=idle_horizon,
             retry_base_seconds=retry_base,
             poll_interval=poll,
+            recovery_interval=recovery_interval,
+            shutdown_grace_seconds=shutdown_grace,
         )
         crash_points = CrashPoints.from_env()
+        email = transports.get("email")
+        if crash_points is not None and isinstance(email, SmtpTransport):
+            points = crash_points
+            email.on_data_written = lambda: points.hit("after_data_write")
         the_worker = Worker(engine, transports, config, crash_points=crash_points)
+        if os.environ.get(UNGUARDED_ENV) == "1":
+            err.print("[bold red]TEST MODE: T4 guards are OFF; duplicates are possible[/]")
+            the_worker.committer.unguarded_t4 = unguarded_start_sends
         report = asyncio.run(_run_worker(the_worker))
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
