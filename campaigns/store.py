@@ -45,11 +45,14 @@ class CampaignStore:
                 version=1,
                 status="active",
                 launched_at=launched_at,
-            ).on_conflict_do_nothing(index_elements=["name"])
+            )
+            .on_conflict_do_nothing(index_elements=["name"])
+            .returning(C.id)
         )
         found = self.get(conn, name)
         assert found is not None
-        return found, result.rowcount == 1
+        # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
+        return found, result.first() is not None
 
     def get(self, conn: sa.Connection, name: str) -> CampaignRow | None:
         row = conn.execute(

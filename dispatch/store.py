@@ -820,10 +820,12 @@ class OutboxStore:
 
     def suppress(self, conn: sa.Connection, address: str, reason: str) -> bool:
         insert = (postgresql.insert if self.is_postgres else sqlite.insert)(suppression)
-        stmt = insert.values(address=address, reason=reason).on_conflict_do_nothing(
-            index_elements=["address"]
+        stmt = (
+            insert.values(address=address, reason=reason)
+            .on_conflict_do_nothing(index_elements=["address"])
+            .returning(suppression.c.address)
         )
-        return bool(conn.execute(stmt).rowcount)
+        return conn.execute(stmt).first() is not None
 
 
 def _event_detail(c: Completion) -> str:

@@ -155,7 +155,7 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
         out.print_json(json.dumps(payload))
         return
     for p in report.problems:
-        step = f" step {p.step}:" if p.step else ""
+        step = f" step {p.step}:" if p.step and p.where != f"step {p.step}" else ""
         err.print(f"[red]{p.where}:{step} {p.error}[/]", markup=True)
     if report.problem_count > len(report.problems):
         err.print(f"… and {report.problem_count - len(report.problems)} more")
