@@ -324,9 +324,8 @@ class Worker:
                 break
             except Exception as exc:
                 failed_before = True
-                if not self._lease_left(job) and time.monotonic() > self._lease_deadline.get(
-                    job.id, 0.0
-                ):
+                if time.monotonic() > self._lease_deadline.get(job.id, 0.0):
+                    # The lease is gone: recovery owns the job now (R1/R2 decide its fate).
                     log.error("giving up recording job %s: %s", job.id, exc)
                     return
                 await asyncio.sleep(0.2)

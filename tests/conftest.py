@@ -50,7 +50,9 @@ def require_postgres() -> None:
 def pg_admin() -> Iterator[Engine]:
     require_postgres()
     engine = sa.create_engine(
-        PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT"
+        PG_ADMIN_URL.replace("postgresql://", "postgresql+psycopg://"),
+        isolation_level="AUTOCOMMIT",
+        pool_pre_ping=True,  # the chaos suite restarts PostgreSQL under us
     )
     with engine.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}"')

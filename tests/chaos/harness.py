@@ -149,6 +149,7 @@ class Chaos:
         self.workers: list[WorkerProcess] = []
         self.dead: list[WorkerProcess] = []
         self.paused_pids: set[int] = set()
+        self.paused: list[tuple[WorkerProcess, float]] = []
         self.spawned = 0
 
     # ------------------------------------------------------------------ setup
@@ -208,14 +209,20 @@ class Chaos:
             self.result.kills[fate] += 1
 
     def pause(self, worker: WorkerProcess, seconds: float) -> None:
-        """SIGSTOP past the lease, then SIGCONT: the worker comes back as a zombie."""
+        """SIGSTOP past the lease; ``resume_due`` sends SIGCONT: it comes back as a zombie."""
         if worker.process.poll() is not None:
             return
         self.paused_pids.add(worker.owner_pid)
         worker.process.send_signal(signal.SIGSTOP)
-        time.sleep(seconds)  # the pause *is* the experiment: a stopped process, for this long
-        worker.process.send_signal(signal.SIGCONT)
+        self.paused.append((worker, time.monotonic() + seconds))
         self.result.stops += 1
+
+    def resume_due(self, *, everyone: bool = False) -> None:
+        for worker, resume_at in list(self.paused):
+            if everyone or time.monotonic() >= resume_at:
+                if worker.process.poll() is None:
+                    worker.process.send_signal(signal.SIGCONT)
+                self.paused.remove((worker, resume_at))
 
     def restart_database(self) -> None:
         clusters = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
@@ -290,19 +297,23 @@ class Chaos:
             self.spawn(smtp_url)
         while time.monotonic() < deadline:
             self.reap()
+            self.resume_due()
             done = self._finished(engine)
             quiet = done >= total and self.quiescent(engine)
             # Done when every job is terminal AND every worker has gone idle and exited, so a
             # resumed zombie gets its chance to misbehave before the verdict.
-            if quiet and not self.workers:
+            if quiet and not self.workers and not self.paused:
                 return
-            while plan and done >= plan[0][0] * total:
+            # No other chaos while a worker is stopped: it must come back as a zombie.
+            while plan and not self.paused and done >= plan[0][0] * total:
                 _, action = plan.pop(0)
                 self._act(action)
+            # A stopped worker counts as alive: the others carry on around it, as in real life.
             while not quiet and len(self.workers) < cfg.workers:
                 self.spawn(smtp_url)
             time.sleep(0.05)  # the controller's own polling cadence
         self.result.problems.append(f"not quiescent after {cfg.deadline:.0f}s")
+        self.resume_due(everyone=True)
         for worker in self.workers:
             self.kill(worker, "deadline")
 
