@@ -18,6 +18,7 @@ from herald.cli import (
     JsonFlag,
     _operator,
     app,
+    err,
     errors_mapped,
     open_engine,
     out,
@@ -173,6 +174,7 @@ def in_doubt_resolve(
                 why=why,
             )
         _report(changed, f"in doubt → {target.value}", as_json)
+        _warn_unchanged(selected, changed, "in doubt")
 
 
 @dead_app.command("list")
@@ -204,6 +206,19 @@ def dead_retry(
                 conn, keys=selected, campaign=campaign, actor=f"operator:{_operator()}"
             )
         _report(changed, "failed → pending", as_json)
+        _warn_unchanged(selected, changed, "failed")
+
+
+def _warn_unchanged(selected: list[str] | None, changed: list[tuple[int, str]], what: str) -> None:
+    """Named keys that changed nothing are a mistyped key or a stale list: say so, exit 1."""
+    if selected is None:
+        return
+    done = {key for _, key in changed}
+    missed = [key for key in selected if key not in done]
+    for key in missed:
+        err.print(f"{key[:16]}: not {what} (unknown key, or already handled)")
+    if missed:
+        raise typer.Exit(1)
 
 
 def _report(changed: list[tuple[int, str]], what: str, as_json: bool) -> None:

@@ -493,7 +493,11 @@ def test_resolve_leaves_jobs_that_are_not_in_doubt_alone(db_url: str, engine: En
     snapshot, journal = states(engine), event_count(engine)
     for key in not_doubtful:
         for how in (["--as", "sent"], ["--as", "failed"], ["--resend"]):
-            assert ok_json(db_url, "in-doubt", "resolve", key, *how) == {"changed": [], "count": 0}
+            # A named key that changed nothing is an operator mistake worth an exit code.
+            result = cli(db_url, "in-doubt", "resolve", key, *how, "--json")
+            assert result.exit_code == 1, result.output
+            assert json.loads(result.stdout) == {"changed": [], "count": 0}
+            assert f"{key[:16]}: not in doubt" in result.stderr
     assert ok_json(db_url, "in-doubt", "resolve", "--all", "--as", "failed") == {
         "changed": [],
         "count": 0,

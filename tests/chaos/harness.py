@@ -438,7 +438,7 @@ class Chaos:
         owner = claims.get((row.id, row.lease_token), "")
         parts = owner.split(":")
         pid = int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else -1
-        if pid in troubled_pids:
+        if pid in troubled_pids and row.in_doubt_reason == "lease expired during send":
             return "worker_killed_or_paused_in_data"
         return None
 
