@@ -18,10 +18,24 @@ A campaign file looks like this:
 
 An inline audience is a list whose items are an address ('a@b.c', 'Ann <a@b.c>') or a mapping
 with `email` plus any other keys, which become template variables. A string audience is a CSV
-file, relative to the YAML's folder; `{csv: path}` means the same and is where options of other
-sources will go (a URL source is planned: add a model and a Tag to AudienceSource, and a branch
-to audience.iter_audience). Steps carry `channel: email`, the only channel so far; another
-channel would become a second step model discriminated on that key.
+file, relative to the YAML's folder; `{csv: path}` means the same. A URL audience is fetched
+through the egress guard and snapshotted with each occurrence (see UrlAudience):
+
+    audience:
+      url: https://crm.example.com/export.csv
+      format: csv                         # or json, ndjson; default: from extension/type
+      headers: {Authorization: "Bearer ${CRM_TOKEN}"}   # resolved at fetch time, never stored
+      strict: true                        # default: any invalid row stops the launch
+
+Steps are discriminated on `channel`: `email` (the default) or `webhook`:
+
+      - id: notify-crm
+        channel: webhook
+        url: https://hooks.example.com/in
+        method: POST                      # or PUT, PATCH
+        headers: {Authorization: "Bearer ${HOOK_TOKEN}"}  # resolved by the worker at send time
+        body: {email: "{{ email }}", plan: "{{ plan }}"}  # text leaves are templates
+        in_doubt: resend                  # default hold; email steps only allow hold
 
 Problems with the file are all collected and raised together as one SpecError; see
 errors.SpecError.problems.
@@ -29,7 +43,6 @@ errors.SpecError.problems.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import re
@@ -41,7 +54,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -62,48 +74,28 @@ from campaigns.addresses import (
     normalise_address,
     split_display_name,
 )
-from campaigns.durations import DURATION_HINT, format_duration, parse_duration
 from campaigns.errors import AudienceError, CampaignError, SpecError
+from campaigns.spec_fields import (
+    Delay,
+    Invalid,
+    check_relative_file,
+    check_step_id,
+    closest_key_hint,
+    describe,
+    quote_hint,
+    reject_line_breaks,
+)
+from campaigns.spec_http import UrlAudience as UrlAudience  # re-exported: part of the schema
+from campaigns.spec_http import WebhookStepSpec as WebhookStepSpec
 from campaigns.yaml_loader import YamlLines, YamlPath, format_path, load_yaml, parse_path
 
 # Campaign files are hand-written; anything bigger is a mistake or an audience that belongs in
 # a CSV file, and YAML parsing would need many times this much memory.
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 
-STEP_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 CAMPAIGN_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
 
-_LINE_BREAKS = ("\r", "\n")
 _HASH_FORMAT = "herald-campaign-hash v1"
-
-
-class _Invalid(ValueError):
-    """A validation failure with an optional hint; error translation picks the hint up."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
-
-
-def closest_key_hint(key: object, valid_keys: list[str]) -> str:
-    """'did you mean ...?' when a valid key is close, else the list of valid keys."""
-    matches = difflib.get_close_matches(str(key), valid_keys, n=1, cutoff=0.6)
-    if matches:
-        return f"did you mean {matches[0]!r}?"
-    return "valid keys: " + ", ".join(valid_keys)
-
-
-def _reject_line_breaks(value: str, what: str, hint: str | None = None) -> None:
-    if any(char in value for char in _LINE_BREAKS):
-        raise _Invalid(f"header injection: line break in {what}", hint)
-
-
-def _check_relative_file(value: str, what: str) -> str:
-    if not value.strip():
-        raise _Invalid(f"{what} is empty")
-    if any(ord(char) < 0x20 for char in value):
-        raise _Invalid(f"{what} contains a control character")
-    return value
 
 
 # --- from / reply_to -------------------------------------------------------------------------
@@ -120,21 +112,21 @@ def _coerce_mailbox(value: object) -> Mailbox:
             name, address = split_display_name(value)
             return make_mailbox(address, name)
         except AddressError as error:
-            raise _Invalid(f"invalid address {value!r}: {error}") from None
+            raise Invalid(f"invalid address {value!r}: {error}") from None
     if isinstance(value, Mapping):
         for key in value:
             if key not in _MAILBOX_KEYS:
-                raise _Invalid(f"unknown key {key!r}", closest_key_hint(key, _MAILBOX_KEYS))
+                raise Invalid(f"unknown key {key!r}", closest_key_hint(key, _MAILBOX_KEYS))
         raw_address, display_name = value.get("address"), value.get("name")
         if not isinstance(raw_address, str):
-            raise _Invalid("needs an 'address' (text)")
+            raise Invalid("needs an 'address' (text)")
         if display_name is not None and not isinstance(display_name, str):
-            raise _Invalid("'name' must be text", "put it in quotes")
+            raise Invalid("'name' must be text", "put it in quotes")
         try:
             return make_mailbox(raw_address, display_name)
         except AddressError as error:
-            raise _Invalid(f"invalid address {raw_address!r}: {error}") from None
-    raise _Invalid(
+            raise Invalid(f"invalid address {raw_address!r}: {error}") from None
+    raise Invalid(
         "expected an address",
         "e.g. 'Acme News <news@acme.example>' or {address: ..., name: ...}",
     )
@@ -152,28 +144,8 @@ MailboxField = Annotated[
 # --- steps -----------------------------------------------------------------------------------
 
 
-def _parse_after(value: object) -> object:
-    if isinstance(value, timedelta):
-        if value < timedelta(0):
-            raise _Invalid("negative delays are not allowed", DURATION_HINT)
-        return value
-    if isinstance(value, (str, int)):
-        try:
-            return parse_duration(value)
-        except ValueError as error:
-            raise _Invalid(str(error), DURATION_HINT) from None
-    raise _Invalid(f"expected a duration, got {_describe(value)}", DURATION_HINT)
-
-
-Delay = Annotated[
-    timedelta,
-    BeforeValidator(_parse_after),
-    PlainSerializer(format_duration, return_type=str, when_used="json"),
-]
-
-
 class StepSpec(BaseModel):
-    """One message of the campaign's sequence, sent `after` the previous one's schedule."""
+    """One email of the campaign's sequence, sent `after` the previous one's schedule."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -184,40 +156,69 @@ class StepSpec(BaseModel):
     html: str | None = None
     after: Delay = timedelta(0)
     channel: Literal["email"] = "email"
+    # Only 'hold' for email: an SMTP server cannot deduplicate a resend (DESIGN §5).
+    in_doubt: str = "hold"
 
     @field_validator("id")
     @classmethod
     def _check_id(cls, value: str) -> str:
-        if not STEP_ID_PATTERN.fullmatch(value):
-            raise _Invalid(
-                f"invalid step id {value!r}",
-                "use lower-case letters, digits, '-' and '_', starting with a letter or digit,"
-                " at most 64 characters",
+        return check_step_id(value)
+
+    @field_validator("in_doubt")
+    @classmethod
+    def _email_never_resends(cls, value: str) -> str:
+        if value == "resend":
+            raise Invalid(
+                "in_doubt: resend is not allowed for email: email is never resent automatically",
+                "an SMTP server cannot recognise a resend, so the recipient could get it twice;"
+                " resolve in-doubt email with `herald in-doubt resolve`",
             )
+        if value != "hold":
+            raise Invalid(f"must be 'hold', got {describe(value)}")
         return value
 
     @field_validator("subject")
     @classmethod
     def _check_subject(cls, value: str) -> str:
-        _reject_line_breaks(
+        reject_line_breaks(
             value, "subject", "write the subject on one line; a YAML | or > block adds a line break"
         )
         if "\x00" in value:
-            raise _Invalid("NUL character in subject")
+            raise Invalid("NUL character in subject")
         if not value.strip():
-            raise _Invalid("subject is empty")
+            raise Invalid("subject is empty")
         return value
 
     @field_validator("template")
     @classmethod
     def _check_template(cls, value: str | None) -> str | None:
-        return None if value is None else _check_relative_file(value, "template path")
+        return None if value is None else check_relative_file(value, "template path")
 
     @model_validator(mode="after")
     def _check_has_body(self) -> StepSpec:
         if self.template is None and self.text is None and self.html is None:
-            raise _Invalid("step has no body", "set template, text or html")
+            raise Invalid("step has no body", "set template, text or html")
         return self
+
+
+def _step_kind(value: object) -> str | None:
+    if isinstance(value, (StepSpec, WebhookStepSpec)):
+        return value.channel
+    if isinstance(value, Mapping):
+        channel = value.get("channel", "email")
+        return channel if channel in _STEP_TAGS else None
+    return None
+
+
+_STEP_TAGS = ("email", "webhook")
+Step = Annotated[
+    Annotated[StepSpec, Tag("email")] | Annotated[WebhookStepSpec, Tag("webhook")],
+    Discriminator(
+        _step_kind,
+        custom_error_type="step_channel",
+        custom_error_message="unknown step channel",
+    ),
+]
 
 
 # --- audience --------------------------------------------------------------------------------
@@ -235,25 +236,25 @@ def _variable_text(key: str, value: object) -> str:
         return ""
     if isinstance(value, date):
         return value.isoformat()
-    raise _Invalid(f"variable {key!r} must be a plain value, not {_describe(value)}")
+    raise Invalid(f"variable {key!r} must be a plain value, not {describe(value)}")
 
 
 def _only_key(mapping: Mapping[str, object], wanted: str) -> str | None:
     """The key of `mapping` equal to `wanted` ignoring case (as for CSV headers)."""
     keys = [key for key in mapping if key.lower() == wanted]
     if len(keys) > 1:
-        raise _Invalid(f"{' and '.join(map(repr, keys))} both mean {wanted!r}")
+        raise Invalid(f"{' and '.join(map(repr, keys))} both mean {wanted!r}")
     return keys[0] if keys else None
 
 
 def _recipient_from_mapping(entry: Mapping[object, object]) -> dict[str, object]:
     if any(not isinstance(key, str) for key in entry):
         bad = next(key for key in entry if not isinstance(key, str))
-        raise _Invalid(f"keys must be text, got {_describe(bad)}")
+        raise Invalid(f"keys must be text, got {describe(bad)}")
     entry_by_name: dict[str, object] = {str(key): value for key, value in entry.items()}
     email_key = _only_key(entry_by_name, "email")
     if email_key is None:
-        raise _Invalid("recipient has no 'email'", "e.g. {email: ann@example.com, name: Ann}")
+        raise Invalid("recipient has no 'email'", "e.g. {email: ann@example.com, name: Ann}")
     name_key = _only_key(entry_by_name, "name")
     variables: dict[str, str] = {}
     for key, value in entry_by_name.items():
@@ -286,7 +287,7 @@ class InlineRecipient(BaseModel):
             try:
                 name, address = split_display_name(value)
             except AddressError as error:
-                raise _Invalid(f"invalid address {value!r}: {error}") from None
+                raise Invalid(f"invalid address {value!r}: {error}") from None
             variables = {"email": address} | ({"name": name} if name is not None else {})
             return {"email": address, "name": name, "variables": variables}
         # The model's own form (from Python or a dump) has a mapping under 'variables', which
@@ -297,8 +298,8 @@ class InlineRecipient(BaseModel):
             return _recipient_from_mapping(value)
         if isinstance(value, InlineRecipient):
             return value
-        raise _Invalid(
-            f"expected an address or a mapping with 'email', got {_describe(value)}",
+        raise Invalid(
+            f"expected an address or a mapping with 'email', got {describe(value)}",
             "e.g. ann@example.com or {email: ann@example.com, name: Ann}",
         )
 
@@ -308,14 +309,14 @@ class InlineRecipient(BaseModel):
         try:
             return normalise_address(value)
         except AddressError as error:
-            raise _Invalid(f"invalid address {value!r}: {error}") from None
+            raise Invalid(f"invalid address {value!r}: {error}") from None
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        _reject_line_breaks(value, "name")
+        reject_line_breaks(value, "name")
         return value.strip() or None
 
 
@@ -347,7 +348,7 @@ class CsvAudience(BaseModel):
     @field_validator("csv")
     @classmethod
     def _check_csv(cls, value: str) -> str:
-        return _check_relative_file(value, "CSV path")
+        return check_relative_file(value, "CSV path")
 
     def resolve(self, base_dir: Path) -> Path:
         return (base_dir / self.csv).resolve()
@@ -358,22 +359,29 @@ def _audience_kind(value: object) -> str | None:
         return "inline"
     if isinstance(value, (CsvAudience, str)):
         return "csv"
+    if isinstance(value, UrlAudience):
+        return "url"
     if isinstance(value, Mapping):
         if "csv" in value:
             return "csv"
+        if "url" in value:
+            return "url"
         if "entries" in value:
             return "inline"
     return None
 
 
-_AUDIENCE_TAGS = ("inline", "csv")
+_AUDIENCE_TAGS = ("inline", "csv", "url")
 AudienceSource = Annotated[
-    Annotated[InlineAudience, Tag("inline")] | Annotated[CsvAudience, Tag("csv")],
+    Annotated[InlineAudience, Tag("inline")]
+    | Annotated[CsvAudience, Tag("csv")]
+    | Annotated[UrlAudience, Tag("url")],
     Discriminator(
         _audience_kind,
         custom_error_type="audience_form",
         custom_error_message=(
             "expected a list of recipients, a CSV file path, or a mapping such as {csv: path}"
+            " or {url: https://...}"
         ),
     ),
 ]
@@ -393,14 +401,14 @@ class CampaignSpec(BaseModel):
     sender: MailboxField = Field(alias="from")
     reply_to: MailboxField | None = None
     audience: AudienceSource
-    steps: list[StepSpec] = Field(min_length=1)
+    steps: list[Step] = Field(min_length=1)
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=20)] = 5
 
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
         if not CAMPAIGN_NAME_PATTERN.fullmatch(value):
-            raise _Invalid(
+            raise Invalid(
                 f"invalid campaign name {value!r}",
                 "use lower-case letters, digits, '.', '-' and '_', starting with a letter or"
                 " digit, at most 128 characters",
@@ -409,7 +417,7 @@ class CampaignSpec(BaseModel):
 
     @field_validator("steps")
     @classmethod
-    def _check_unique_step_ids(cls, steps: list[StepSpec]) -> list[StepSpec]:
+    def _check_unique_step_ids(cls, steps: list[Step]) -> list[Step]:
         first_index: dict[str, int] = {}
         for index, step in enumerate(steps):
             if step.id in first_index:
@@ -425,41 +433,21 @@ class CampaignSpec(BaseModel):
 # --- validation errors in plain English ------------------------------------------------------
 
 
-def _describe(value: object) -> str:
-    if value is None:
-        return "an empty value"
-    if isinstance(value, bool):
-        return f"the yes/no value {str(value).lower()}"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, date):
-        return f"the date {value.isoformat()}"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    return type(value).__name__
+_MODELS_BY_TAG: dict[str, type[BaseModel]] = {
+    "email": StepSpec,
+    "webhook": WebhookStepSpec,
+    "csv": CsvAudience,
+    "url": UrlAudience,
+}
 
 
-def _quote_hint(value: object) -> str | None:
-    if isinstance(value, bool):
-        return "YAML reads yes/no/on/off/true/false as yes/no values; put text in quotes"
-    if isinstance(value, (int, float, date)):
-        return "put the value in quotes"
-    return None
-
-
-def _valid_keys(parent: YamlPath) -> list[str] | None:
-    """The keys allowed in the mapping at `parent`, for 'did you mean' suggestions."""
+def _valid_keys(parent: tuple[int | str, ...]) -> list[str] | None:
+    """The keys allowed in the mapping at pydantic loc `parent`, for 'did you mean' hints."""
     model: type[BaseModel] | None = None
     if parent == ():
         model = CampaignSpec
-    elif len(parent) == 2 and parent[0] == "steps":
-        model = StepSpec
-    elif parent == ("audience",):
-        model = CsvAudience
+    elif (len(parent) == 3 and parent[0] == "steps") or parent[:1] == ("audience",):
+        model = _MODELS_BY_TAG.get(str(parent[-1]))
     if model is None:
         return None
     return [info.alias or name for name, info in model.model_fields.items()]
@@ -472,6 +460,8 @@ def _yaml_path(loc: tuple[int | str, ...]) -> YamlPath:
         tag = path.pop(1)
         if tag == "inline" and len(path) > 1 and path[1] == "entries":
             path.pop(1)
+    if len(path) > 2 and path[0] == "steps" and path[2] in _STEP_TAGS:
+        path.pop(2)
     return tuple(path)
 
 
@@ -481,36 +471,44 @@ def _translate(error: ErrorDetails) -> tuple[YamlPath, YamlPath, str, str | None
     kind, value, context = error["type"], error.get("input"), error.get("ctx", {})
     cause = context.get("error")
     if kind == "extra_forbidden":
-        valid = _valid_keys(path[:-1])
+        valid = _valid_keys(error["loc"][:-1])
         hint = closest_key_hint(path[-1], valid) if valid else None
         return path, path[:-1], f"unknown key {path[-1]!r}", hint
     if kind == "missing":
         return path[:-1], path[:-1], f"missing required key {path[-1]!r}", None
+    if kind == "step_channel":
+        if not isinstance(value, Mapping):
+            return path, path, f"expected a mapping of keys, got {describe(value)}", None
+        path = (*path, "channel")
+        message = f"must be 'email' or 'webhook', got {describe(value.get('channel'))}"
+        return path, path, message, None
     if kind == "duplicate_step_id":
         path = ("steps", context["index"], "id")
         return path, path, error["msg"], "step ids must be unique within a campaign"
     if isinstance(cause, Exception):
         return path, path, str(cause), getattr(cause, "hint", None)
     if kind == "string_type":
-        return path, path, f"expected text, got {_describe(value)}", _quote_hint(value)
+        return path, path, f"expected text, got {describe(value)}", quote_hint(value)
+    if kind in ("bool_type", "bool_parsing"):
+        return path, path, f"expected true or false, got {describe(value)}", None
     if kind in ("int_type", "int_parsing", "int_from_float"):
-        return path, path, f"expected a whole number, got {_describe(value)}", None
+        return path, path, f"expected a whole number, got {describe(value)}", None
     if kind == "greater_than_equal":
-        return path, path, f"must be at least {context['ge']}, got {_describe(value)}", None
+        return path, path, f"must be at least {context['ge']}, got {describe(value)}", None
     if kind == "less_than_equal":
-        return path, path, f"must be at most {context['le']}, got {_describe(value)}", None
+        return path, path, f"must be at most {context['le']}, got {describe(value)}", None
     if kind == "too_short":
         if path == ("steps",):
             return path, path, "a campaign needs at least one step", None
         return path, path, "must not be empty", None
     if kind in ("list_type", "tuple_type"):
-        return path, path, f"expected a list, got {_describe(value)}", None
+        return path, path, f"expected a list, got {describe(value)}", None
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return path, path, f"expected a mapping of keys, got {_describe(value)}", None
+        return path, path, f"expected a mapping of keys, got {describe(value)}", None
     if kind == "literal_error":
-        return path, path, f"must be {context['expected']}, got {_describe(value)}", None
+        return path, path, f"must be {context['expected']}, got {describe(value)}", None
     if kind == "invalid_key":
-        return path, path, f"keys must be text, got {_describe(value)}", None
+        return path, path, f"keys must be text, got {describe(value)}", None
     return path, path, str(error["msg"]), None
 
 
@@ -589,7 +587,7 @@ def _decode(source: bytes, file: str) -> str:
 def _top_level_mapping(data: object, file: str) -> dict[Any, Any]:
     if isinstance(data, dict):
         return data
-    found = "the file is empty" if data is None else f"found {_describe(data)}"
+    found = "the file is empty" if data is None else f"found {describe(data)}"
     raise SpecError(
         f"the top level must be a mapping of keys; {found}",
         file=file,
@@ -610,7 +608,7 @@ def _template_digests(
     digests: list[tuple[str, str]] = []
     problems: list[CampaignError] = []
     for index, step in enumerate(spec.steps):
-        if step.template is None:
+        if not isinstance(step, StepSpec) or step.template is None:
             continue
         path = (base_dir / step.template).resolve()
         try:

@@ -22,6 +22,7 @@ from rich.console import Console
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from campaigns.audience_url import AudienceUnavailable
 from campaigns.errors import CampaignError, SpecError
 from campaigns.spec import LoadedCampaign, load_campaign
 from dispatch.crashpoints import CrashPointError, CrashPoints
@@ -91,6 +92,8 @@ def errors_mapped() -> Iterator[None]:
                 err.print(f"[red]{problem}[/]", markup=True)
             fail(f"{len(exc.problems)} problem(s) in the campaign file", code=2)
         fail(str(exc), code=2)
+    except AudienceUnavailable as exc:  # the network, not the file: may pass on a retry
+        fail(str(exc), code=1)
     except CampaignError as exc:
         fail(str(exc), code=2)
     except TemplateError as exc:
@@ -147,6 +150,7 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
             "recipients": report.recipients,
             "messages": report.messages,
             "duplicates": report.duplicates,
+            "rejected_rows": report.rejected,
             "problem_count": report.problem_count,
             "problems": [
                 {"where": p.where, "step": p.step, "error": p.error} for p in report.problems
@@ -163,6 +167,17 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
         err.print(
             f"note: {report.duplicates} duplicate address(es) in the audience; each is sent once"
         )
+
+
+def _print_rejects(report: CheckReport) -> None:
+    """Rows a ``strict: false`` audience rejected: skipped on purpose, still shown."""
+    if not report.rejected:
+        return
+    err.print(f"[yellow]{report.rejected} audience row(s) rejected and skipped:[/]", markup=True)
+    for p in report.rejects[:20]:
+        err.print(f"  {p.where}: {p.error}", markup=False)
+    if report.rejected > 20:
+        err.print(f"  … and {report.rejected - 20} more")
 
 
 @contextmanager
@@ -193,6 +208,7 @@ def validate(
         if not report.ok:
             fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
         if not as_json:
+            _print_rejects(report)
             out.print(
                 f"ok: {loaded.spec.name}: {report.recipients} recipient(s), "
                 f"{len(loaded.spec.steps)} step(s), {report.messages} message(s)"
@@ -227,7 +243,9 @@ def launch(
             existing = CampaignStore(engine.dialect.name).get(conn, loaded.spec.name)
         occurrence_at = existing.launched_at if existing else now
         with _progress(None, "checking") as progress:
-            report = check_campaign(loaded, occurrence_at, progress=progress)
+            report = check_campaign(
+                loaded, occurrence_at, progress=progress, engine=engine, count_duplicates=False
+            )
         if not report.ok:
             _print_check(report, as_json=False)
             fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
@@ -247,6 +265,7 @@ def launch(
             "new_jobs": result.new_jobs,
             "existing_jobs": result.existing_jobs,
             "recipients": report.recipients,
+            "rejected_rows": report.rejected,
             "steps": len(loaded.spec.steps),
         }
         if as_json:
@@ -257,6 +276,7 @@ def launch(
                 f"{verb}: {loaded.spec.name} (version {registration.campaign.version}): "
                 f"{result.new_jobs} new job(s), {result.existing_jobs} already queued"
             )
+            _print_rejects(report)
 
 
 # ---------------------------------------------------------------------- worker
@@ -446,6 +466,9 @@ def db_upgrade(database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
 
 
 def main() -> None:
-    from herald import operator_cli  # noqa: F401 - registers in-doubt, dead, recover
+    from herald import (
+        audience_cli,  # noqa: F401 - registers audience check
+        operator_cli,  # noqa: F401 - registers in-doubt, dead, recover
+    )
 
     app()

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
+from dispatch.egress import EgressPolicy
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.transport import Transport
+from dispatch.webhook import WebhookTransport
+from herald.errors import ConfigError
 
 
 def build_transports(
     smtp_url: str, environ: Mapping[str, str] | None = None
 ) -> dict[str, Transport]:
-    return {"email": SmtpTransport(SmtpConfig.from_url(smtp_url))}
+    """Email over SMTP; webhooks through the egress guard.
+
+    The webhook policy comes from ``HERALD_EGRESS_ALLOW`` / ``_ALLOW_HTTP`` / ``_PORTS``, and
+    ``${ENV}`` references in webhook headers are resolved from the same environment at send time.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        policy = EgressPolicy.from_env(env)
+    except ValueError as exc:
+        raise ConfigError(f"invalid egress setting: {exc}") from exc
+    return {
+        "email": SmtpTransport(SmtpConfig.from_url(smtp_url)),
+        "webhook": WebhookTransport(policy, environ=env),
+    }

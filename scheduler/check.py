@@ -1,19 +1,44 @@
 """``herald validate``: render every step for every recipient and list every failure.
 
-A misspelt variable is caught before anything is sent, not at recipient 40,000. Nothing is
-written anywhere.
+A misspelt variable is caught before anything is sent, not at recipient 40,000. Webhook URLs
+are checked against the operator's egress policy without a DNS lookup (the worker resolves,
+under the guard, when it sends).
+
+Without an engine nothing is written anywhere, and a URL audience is fetched live. ``launch``
+passes its engine: a URL audience is then snapshotted for the occurrence (fetched once, see
+scheduler.snapshot) and checked from the snapshot, which fan-out then reuses. Rows a URL
+audience rejects are problems under ``strict: true`` (the default); under ``strict: false``
+they are counted and listed as ``rejects`` and do not fail the check. A failed check forgets
+the snapshot it made (unless something was already fanned out from it), so the next launch
+fetches the fixed source instead of re-reading the refused list.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from campaigns.audience import RowProblem, iter_audience
+from sqlalchemy.engine import Engine
+
+from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
-from scheduler.compose import CompileFailures, compile_steps, compose_job
+from dispatch.egress import EgressDenied, EgressPolicy, check_url
+from scheduler.compose import (
+    CompiledStep,
+    CompiledWebhook,
+    CompileFailures,
+    compile_steps,
+    compose_job,
+)
+from scheduler.snapshot import (
+    discard_unused_snapshot,
+    ensure_snapshot,
+    iter_snapshot,
+    url_audience,
+)
 from templates.errors import TemplateError
 
 MAX_LISTED_PROBLEMS = 1000  # beyond this we count, so a broken 1M-row file stays readable
@@ -21,7 +46,7 @@ MAX_LISTED_PROBLEMS = 1000  # beyond this we count, so a broken 1M-row file stay
 
 @dataclass(frozen=True)
 class Problem:
-    where: str  # "line 12 (bob@example.com)" or "step welcome"
+    where: str  # "line 12 (bob@example.com)", "element 3" or "step welcome"
     step: str | None
     error: str
 
@@ -33,6 +58,9 @@ class CheckReport:
     duplicates: int = 0
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
+    # Rows a `strict: false` URL audience rejected: recorded, skipped, not a failure.
+    rejects: list[Problem] = field(default_factory=list)
+    rejected: int = 0
 
     @property
     def ok(self) -> bool:
@@ -43,13 +71,23 @@ class CheckReport:
         if len(self.problems) < MAX_LISTED_PROBLEMS:
             self.problems.append(problem)
 
+    def reject(self, problem: Problem) -> None:
+        self.rejected += 1
+        if len(self.rejects) < MAX_LISTED_PROBLEMS:
+            self.rejects.append(problem)
+
 
 def check_campaign(
     loaded: LoadedCampaign,
     occurrence_at: datetime,
     *,
     progress: Callable[[int], None] | None = None,
+    engine: Engine | None = None,
+    environ: Mapping[str, str] | None = None,
+    count_duplicates: bool = True,
 ) -> CheckReport:
+    """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
+    size — the outbox's unique key makes a duplicate address a no-op anyway."""
     report = CheckReport()
     try:
         steps = compile_steps(loaded)
@@ -57,27 +95,64 @@ def check_campaign(
         for failure in exc.failures:
             report.add(Problem(f"step {failure.step}", failure.step, str(failure.error)))
         return report
+    _check_webhook_urls(steps, report, os.environ if environ is None else environ)
+    source = url_audience(loaded)
+    strict = source is None or source.strict
     # 16-byte digests: memory per recipient stays small for the duplicate check.
     seen: set[bytes] = set()
-    for item in iter_audience(loaded):
+    for item in _audience(loaded, occurrence_at, engine):
         if isinstance(item, RowProblem):
-            report.add(Problem(f"line {item.line}", None, item.reason))
+            problem = Problem(item.where, None, item.reason)
+            if strict:
+                report.add(problem)
+            else:
+                report.reject(problem)
             continue
         report.recipients += 1
-        digest = hashlib.blake2b(item.email.encode(), digest_size=16).digest()
-        if digest in seen:
-            report.duplicates += 1
-            continue
-        seen.add(digest)
+        if count_duplicates:
+            digest = hashlib.blake2b(item.email.encode(), digest_size=16).digest()
+            if digest in seen:
+                report.duplicates += 1
+                continue
+            seen.add(digest)
         for step in steps:
             try:
                 compose_job(loaded, step, item, occurrence_at)
             except TemplateError as exc:
-                report.add(Problem(f"line {item.line} ({item.email})", step.spec.id, str(exc)))
+                report.add(Problem(f"{item.where} ({item.email})", step.spec.id, str(exc)))
                 continue
             report.messages += 1
         if progress is not None:
             progress(1)
     if report.recipients == 0 and report.problem_count == 0:
         report.add(Problem("audience", None, "the audience is empty: nobody would be sent to"))
+    if engine is not None and source is not None and not report.ok:
+        # Refused: a fixed source must be fetched afresh, not read back from this snapshot.
+        discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)
     return report
+
+
+def _audience(
+    loaded: LoadedCampaign, occurrence_at: datetime, engine: Engine | None
+) -> Iterator[Recipient | RowProblem]:
+    if engine is None or url_audience(loaded) is None:
+        return iter_audience(loaded)
+    return iter_snapshot(engine, ensure_snapshot(engine, loaded, occurrence_at))
+
+
+def _check_webhook_urls(
+    steps: list[CompiledStep], report: CheckReport, environ: Mapping[str, str]
+) -> None:
+    webhooks = [step for step in steps if isinstance(step, CompiledWebhook)]
+    if not webhooks:
+        return
+    try:
+        policy = EgressPolicy.from_env(environ)
+    except ValueError as exc:
+        report.add(Problem("environment", None, f"invalid egress setting: {exc}"))
+        return
+    for step in webhooks:
+        try:
+            check_url(step.spec.url, policy)
+        except EgressDenied as exc:
+            report.add(Problem(f"step {step.spec.id}", step.spec.id, str(exc)))

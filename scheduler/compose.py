@@ -1,7 +1,9 @@
-"""Turn (campaign, step, occurrence, recipient) into the exact bytes a worker will send.
+"""Turn (campaign, step, occurrence, recipient) into the exact payload a worker will send.
 
 The same function serves ``validate`` (render everything, write nothing) and ``launch`` (render
-and enqueue), so what was checked is what gets sent.
+and enqueue), so what was checked is what gets sent. An email step renders to the MIME message;
+a webhook step to a JSON document holding the URL, method, headers (their ``${ENV}`` references
+unresolved: the worker resolves them at send time) and the rendered JSON body.
 """
 
 from __future__ import annotations
@@ -10,18 +12,29 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from campaigns.audience import Recipient
-from campaigns.spec import LoadedCampaign, StepSpec
+from campaigns.spec import LoadedCampaign, StepSpec, WebhookStepSpec
 from dispatch.keys import KeyTuple, message_id
 from dispatch.store import NewJob
+from dispatch.webhook import WebhookRequest
 from templates.errors import TemplateError
+from templates.json_body import JsonBodyTemplate
 from templates.mime import build_message
 from templates.render import StepTemplate
 
 
 @dataclass(frozen=True)
-class CompiledStep:
+class CompiledEmail:
     spec: StepSpec
     template: StepTemplate
+
+
+@dataclass(frozen=True)
+class CompiledWebhook:
+    spec: WebhookStepSpec
+    body: JsonBodyTemplate
+
+
+CompiledStep = CompiledEmail | CompiledWebhook
 
 
 class StepCompileError(Exception):
@@ -33,23 +46,29 @@ class StepCompileError(Exception):
         self.error = error
 
 
+def compile_step(loaded: LoadedCampaign, step: StepSpec | WebhookStepSpec) -> CompiledStep:
+    """Raises TemplateError."""
+    if isinstance(step, WebhookStepSpec):
+        return CompiledWebhook(step, JsonBodyTemplate.compile(step.body, base_dir=loaded.base_dir))
+    template = StepTemplate.compile(
+        base_dir=loaded.base_dir,
+        subject=step.subject,
+        text=step.text,
+        html=step.html,
+        template=step.template,
+    )
+    return CompiledEmail(step, template)
+
+
 def compile_steps(loaded: LoadedCampaign) -> list[CompiledStep]:
     """Compile every step once; collect every failure rather than stopping at the first."""
     compiled: list[CompiledStep] = []
     failures: list[StepCompileError] = []
     for step in loaded.spec.steps:
         try:
-            template = StepTemplate.compile(
-                base_dir=loaded.base_dir,
-                subject=step.subject,
-                text=step.text,
-                html=step.html,
-                template=step.template,
-            )
+            compiled.append(compile_step(loaded, step))
         except TemplateError as exc:
             failures.append(StepCompileError(step.id, exc))
-            continue
-        compiled.append(CompiledStep(step, template))
     if failures:
         raise CompileFailures(failures)
     return compiled
@@ -81,18 +100,28 @@ def compose_job(
     key = key_tuple.key()
     mid = message_id(key, spec.sender.domain())
     not_before = occurrence_at + step.spec.after
-    content = step.template.render(template_variables(recipient))
-    payload = build_message(
-        sender=spec.sender.address,
-        sender_name=spec.sender.name,
-        recipient=recipient.email,
-        recipient_name=recipient.name,
-        reply_to=spec.reply_to.address if spec.reply_to else None,
-        content=content,
-        message_id=mid,
-        key=key,
-        date=not_before,
-    )
+    variables = template_variables(recipient)
+    if isinstance(step, CompiledWebhook):
+        payload = WebhookRequest(
+            url=step.spec.url,
+            method=step.spec.method,
+            headers=dict(step.spec.headers),
+            body=step.body.render(variables),
+        ).to_payload()
+        in_doubt_policy = step.spec.in_doubt
+    else:
+        payload = build_message(
+            sender=spec.sender.address,
+            sender_name=spec.sender.name,
+            recipient=recipient.email,
+            recipient_name=recipient.name,
+            reply_to=spec.reply_to.address if spec.reply_to else None,
+            content=step.template.render(variables),
+            message_id=mid,
+            key=key,
+            date=not_before,
+        )
+        in_doubt_policy = "hold"  # email is never resent automatically (DESIGN §5)
     return NewJob(
         key=key,
         key_tuple=key_tuple.canonical(),
@@ -106,4 +135,5 @@ def compose_job(
         payload=payload,
         not_before=not_before,
         max_send_attempts=spec.max_attempts,
+        in_doubt_policy=in_doubt_policy,
     )

@@ -3,31 +3,45 @@
 Each batch is one transaction: insert the rendered jobs with ON CONFLICT DO NOTHING and advance
 the occurrence's cursor. A crash mid-fan-out resumes from the cursor; two schedulers firing the
 same occurrence at once produce each key once, because the key is UNIQUE.
+
+A URL audience is fanned out from the occurrence's snapshot (scheduler.snapshot), never from a
+live fetch, so the cursor's positions always refer to the same list. A strict URL audience
+whose snapshot holds rejected rows is refused before any job is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy.engine import Engine
 
 from campaigns.audience import Recipient, RowProblem, iter_audience
+from campaigns.errors import AudienceError
 from campaigns.spec import LoadedCampaign
 from dispatch.store import NewJob, OutboxStore
 from scheduler.compose import CompiledStep, compile_steps, compose_job
+from scheduler.snapshot import (
+    discard_unused_snapshot,
+    ensure_snapshot,
+    iter_snapshot,
+    refuse_strict_rejects,
+    url_audience,
+)
 from scheduler.store import OccurrenceStore
 
 BATCH_SIZE = 500  # jobs per transaction: big enough to amortise the commit, small enough to
 # keep SQLite's write lock short and memory flat
+
+Audience = Callable[[], Iterator[Recipient | RowProblem]]
 
 
 @dataclass
 class FanoutResult:
     new_jobs: int = 0
     existing_jobs: int = 0
-    skipped_rows: int = 0
+    skipped_rows: int = 0  # audience rows that could not be used (each counted once)
     steps_done: int = 0
 
 
@@ -44,12 +58,15 @@ def materialise(
     outbox = OutboxStore(engine.dialect.name)
     occurrences = OccurrenceStore(engine.dialect.name)
     result = FanoutResult()
-    for step in compile_steps(loaded):
-        _fan_out_step(
+    steps = compile_steps(loaded)
+    audience = _audience(engine, loaded, occurrence_at)
+    for step in steps:
+        skipped = _fan_out_step(
             engine,
             outbox,
             occurrences,
             loaded,
+            audience,
             step,
             occurrence_at,
             batch_size,
@@ -57,8 +74,22 @@ def materialise(
             progress,
             result,
         )
+        if result.steps_done == 0:
+            result.skipped_rows = skipped
         result.steps_done += 1
     return result
+
+
+def _audience(engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime) -> Audience:
+    if url_audience(loaded) is None:
+        return lambda: iter_audience(loaded)
+    snapshot = ensure_snapshot(engine, loaded, occurrence_at)
+    try:
+        refuse_strict_rejects(loaded, snapshot)
+    except AudienceError:
+        discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)
+        raise
+    return lambda: iter_snapshot(engine, snapshot)
 
 
 def _fan_out_step(
@@ -66,25 +97,32 @@ def _fan_out_step(
     outbox: OutboxStore,
     occurrences: OccurrenceStore,
     loaded: LoadedCampaign,
+    audience: Audience,
     step: CompiledStep,
     occurrence_at: datetime,
     batch_size: int,
     replace_pending: bool,
     progress: Callable[[int], None] | None,
     result: FanoutResult,
-) -> None:
+) -> int:
+    """Fan out one step; returns how many audience rows were skipped as unusable."""
     name = loaded.spec.name
     with engine.begin() as conn:
         occurrence = occurrences.open(conn, name, step.spec.id, occurrence_at)
     # A finished fan-out is re-walked only for a new version, whose pending jobs change.
     if occurrence.fanout_state == "done" and not replace_pending:
-        count = sum(1 for item in iter_audience(loaded) if isinstance(item, Recipient))
+        count = skipped = 0
+        for item in audience():
+            if isinstance(item, Recipient):
+                count += 1
+            else:
+                skipped += 1
         result.existing_jobs += count
         if progress is not None:
             progress(count)
-        return
+        return skipped
     start = 0 if replace_pending else occurrence.cursor
-    position = 0
+    position = skipped = 0
     batch: list[NewJob] = []
 
     def flush() -> None:
@@ -97,10 +135,10 @@ def _fan_out_step(
             progress(len(batch))
         batch.clear()
 
-    for item in iter_audience(loaded):
+    for item in audience():
         position += 1
         if isinstance(item, RowProblem):
-            result.skipped_rows += 1
+            skipped += 1
             continue
         if position <= start:
             result.existing_jobs += 1
@@ -112,3 +150,4 @@ def _fan_out_step(
         flush()
     with engine.begin() as conn:
         occurrences.close(conn, occurrence.id)
+    return skipped

@@ -38,3 +38,51 @@ class Occurrence(SQLModel, table=True):
 
 
 occurrence_table = Occurrence.__table__  # type: ignore[attr-defined]
+
+
+class AudienceFetch(SQLModel, table=True):
+    """One fetch of a URL audience for one occurrence: the snapshot's header.
+
+    ``token`` names the process writing the snapshot; a relaunch that finds a snapshot still
+    being written (its writer crashed, or is slower) takes it over with a new token, and the old
+    writer's next batch then matches nothing. Only a ``complete`` snapshot is ever fanned out.
+    """
+
+    __tablename__ = "audience_fetch"
+    __table_args__ = (sa.UniqueConstraint("campaign", "occurrence_at", name="uq_audience_fetch"),)
+
+    id: int | None = Field(default=None, sa_column=sa.Column(big_id(), primary_key=True))
+    campaign: str = Field(sa_column=sa.Column(sa.String(128), nullable=False))
+    occurrence_at: datetime = Field(sa_column=sa.Column(UtcTimestamp(), nullable=False))
+    state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))  # fetching, complete
+    token: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
+    url: str = Field(sa_column=sa.Column(sa.Text, nullable=False))  # as written: no secrets
+    format: str | None = Field(default=None, sa_column=sa.Column(sa.String(8)))
+    row_count: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False))
+    reject_count: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False))
+    created_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
+    )
+    updated_at: datetime | None = Field(
+        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
+    )
+    completed_at: datetime | None = Field(default=None, sa_column=sa.Column(UtcTimestamp()))
+
+
+class AudienceSnapshotRow(SQLModel, table=True):
+    """One row of a fetched audience, in source order; a rejected row keeps its reason."""
+
+    __tablename__ = "audience_snapshot"
+
+    campaign: str = Field(sa_column=sa.Column(sa.String(128), primary_key=True))
+    occurrence_at: datetime = Field(sa_column=sa.Column(UtcTimestamp(), primary_key=True))
+    position: int = Field(sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=False))
+    line: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))  # or JSON element index
+    email: str | None = Field(default=None, sa_column=sa.Column(sa.String(320)))
+    name: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    variables: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # JSON object
+    problem: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # set for rejects
+
+
+audience_fetch_table = AudienceFetch.__table__  # type: ignore[attr-defined]
+audience_snapshot_table = AudienceSnapshotRow.__table__  # type: ignore[attr-defined]

@@ -1,17 +1,21 @@
-"""SQL of the scheduler: occurrence rows and their fan-out cursors."""
+"""SQL of the scheduler: occurrence rows and their fan-out cursors, and audience snapshots."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from dispatch.dbtypes import db_now
-from scheduler.models import occurrence_table
+from scheduler.models import audience_fetch_table, audience_snapshot_table, occurrence_table
 
 Occ = occurrence_table.c
+Fetch = audience_fetch_table.c
+Snap = audience_snapshot_table.c
 
 
 @dataclass(frozen=True)
@@ -78,3 +82,185 @@ class OccurrenceStore:
                 .order_by(Occ.occurrence_at, Occ.step)
             )
         )
+
+
+@dataclass(frozen=True)
+class FetchRow:
+    state: str  # fetching, complete
+    token: str
+    format: str | None
+    row_count: int
+    reject_count: int
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "complete"
+
+
+class SnapshotStore:
+    """Audience snapshots: the fetch header and its rows, keyed by (campaign, occurrence_at).
+
+    Every write of a snapshot's rows is guarded by the writer's token in the same transaction,
+    so a writer that has been taken over adds nothing.
+    """
+
+    def __init__(self, dialect_name: str) -> None:
+        self.is_postgres = dialect_name == "postgresql"
+
+    @staticmethod
+    def _key(campaign: str, occurrence_at: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+        return (Fetch.campaign == campaign, Fetch.occurrence_at == occurrence_at)
+
+    @staticmethod
+    def _rows_key(campaign: str, occurrence_at: datetime) -> tuple[sa.ColumnElement[bool], ...]:
+        return (Snap.campaign == campaign, Snap.occurrence_at == occurrence_at)
+
+    def get(self, conn: sa.Connection, campaign: str, occurrence_at: datetime) -> FetchRow | None:
+        row = conn.execute(
+            sa.select(
+                Fetch.state, Fetch.token, Fetch.format, Fetch.row_count, Fetch.reject_count
+            ).where(*self._key(campaign, occurrence_at))
+        ).one_or_none()
+        if row is None:
+            return None
+        return FetchRow(row.state, row.token, row.format, row.row_count, row.reject_count)
+
+    def begin(
+        self, conn: sa.Connection, campaign: str, occurrence_at: datetime, *, token: str, url: str
+    ) -> FetchRow:
+        """Start writing the snapshot under ``token``, or return the complete one.
+
+        An unfinished snapshot (its writer crashed, or is still at it) is taken over: its rows
+        are deleted and its token replaced, in this one transaction.
+        """
+        insert = (postgresql.insert if self.is_postgres else sqlite.insert)(audience_fetch_table)
+        conn.execute(
+            insert.values(
+                campaign=campaign,
+                occurrence_at=occurrence_at,
+                state="fetching",
+                token=token,
+                url=url,
+                row_count=0,
+                reject_count=0,
+            ).on_conflict_do_nothing(index_elements=["campaign", "occurrence_at"])
+        )
+        taken = conn.execute(
+            sa.update(audience_fetch_table)
+            .where(*self._key(campaign, occurrence_at), Fetch.state == "fetching")
+            .values(token=token, url=url, row_count=0, reject_count=0, updated_at=db_now())
+        )
+        if taken.rowcount:
+            conn.execute(
+                sa.delete(audience_snapshot_table).where(*self._rows_key(campaign, occurrence_at))
+            )
+        found = self.get(conn, campaign, occurrence_at)
+        assert found is not None
+        return found
+
+    def append(
+        self,
+        conn: sa.Connection,
+        campaign: str,
+        occurrence_at: datetime,
+        *,
+        token: str,
+        format: str,
+        rows: Sequence[dict[str, Any]],
+        rejects: int,
+    ) -> bool:
+        """Add a batch of rows if ``token`` still owns the snapshot; False if it does not."""
+        owned = conn.execute(
+            sa.update(audience_fetch_table)
+            .where(
+                *self._key(campaign, occurrence_at),
+                Fetch.token == token,
+                Fetch.state == "fetching",
+            )
+            .values(
+                format=format,
+                row_count=Fetch.row_count + len(rows),
+                reject_count=Fetch.reject_count + rejects,
+                updated_at=db_now(),
+            )
+        )
+        if owned.rowcount != 1:
+            return False
+        if rows:
+            conn.execute(
+                sa.insert(audience_snapshot_table),
+                [{"campaign": campaign, "occurrence_at": occurrence_at, **row} for row in rows],
+            )
+        return True
+
+    def complete(
+        self, conn: sa.Connection, campaign: str, occurrence_at: datetime, *, token: str
+    ) -> bool:
+        done = conn.execute(
+            sa.update(audience_fetch_table)
+            .where(
+                *self._key(campaign, occurrence_at),
+                Fetch.token == token,
+                Fetch.state == "fetching",
+            )
+            .values(state="complete", completed_at=db_now(), updated_at=db_now())
+        )
+        return done.rowcount == 1
+
+    def discard(
+        self,
+        conn: sa.Connection,
+        campaign: str,
+        occurrence_at: datetime,
+        *,
+        token: str | None = None,
+    ) -> bool:
+        """Delete a snapshot (only the one ``token`` owns, when given) and its rows."""
+        guard = [] if token is None else [Fetch.token == token]
+        gone = conn.execute(
+            sa.delete(audience_fetch_table).where(*self._key(campaign, occurrence_at), *guard)
+        )
+        if gone.rowcount:
+            conn.execute(
+                sa.delete(audience_snapshot_table).where(*self._rows_key(campaign, occurrence_at))
+            )
+        return bool(gone.rowcount)
+
+    def discard_unused(self, conn: sa.Connection, campaign: str, occurrence_at: datetime) -> bool:
+        """Delete a snapshot nothing has been fanned out from (no occurrence row refers to it)."""
+        fanned_out = sa.exists().where(Occ.campaign == campaign, Occ.occurrence_at == occurrence_at)
+        gone = conn.execute(
+            sa.delete(audience_fetch_table).where(*self._key(campaign, occurrence_at), ~fanned_out)
+        )
+        if gone.rowcount:
+            conn.execute(
+                sa.delete(audience_snapshot_table).where(*self._rows_key(campaign, occurrence_at))
+            )
+        return bool(gone.rowcount)
+
+    def page(
+        self, conn: sa.Connection, campaign: str, occurrence_at: datetime, *, after: int, limit: int
+    ) -> list[sa.Row[Any]]:
+        """Rows with position > ``after``, in order (keyset paging: constant cost per page)."""
+        return list(
+            conn.execute(
+                sa.select(
+                    Snap.position, Snap.line, Snap.email, Snap.name, Snap.variables, Snap.problem
+                )
+                .where(*self._rows_key(campaign, occurrence_at), Snap.position > after)
+                .order_by(Snap.position)
+                .limit(limit)
+            )
+        )
+
+    def rejects(
+        self, conn: sa.Connection, campaign: str, occurrence_at: datetime, *, limit: int
+    ) -> list[tuple[int, str]]:
+        """(line, reason) of the first ``limit`` rejected rows."""
+        rows = conn.execute(
+            sa.select(Snap.line, Snap.problem)
+            .where(*self._rows_key(campaign, occurrence_at), Snap.problem.is_not(None))
+            .order_by(Snap.position)
+            .limit(limit)
+        )
+        return [(row.line, row.problem) for row in rows]

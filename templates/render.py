@@ -44,6 +44,7 @@ Part = Literal["subject", "text", "html"]
 LAYOUT_PREFIX = "herald/"
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
 
+INLINE_PREFIX = "<inline "  # names of templates written in the campaign YAML itself
 _HTML_SUFFIXES = (".html", ".htm")
 _TEXT_SUFFIXES = (".txt", ".text")
 # Everything str.splitlines() breaks on: the email package treats each as a line end, so any of
@@ -132,31 +133,36 @@ class StepTemplate:
         return RenderedContent(subject=subject, text=text, html=html)
 
     def _render_part(self, part: Part, template: Template, variables: Mapping[str, object]) -> str:
-        try:
-            return template.render(variables)
-        except TemplateSyntaxError as exc:  # a dynamically included file that does not compile
-            raise _syntax_error(exc, self._loader) from exc
-        except TemplateNotFound as exc:
-            raise TemplateError(
-                f"{part} includes a template that does not exist: {exc.name}"
-            ) from exc
-        except SecurityError as exc:
-            name, line = _innermost_template_line(exc.__traceback__, self._loader)
-            raise TemplateError(
-                f"the {part} template tried an unsafe operation: {exc.message}",
-                template=name,
-                line=line,
-            ) from exc
-        except UndefinedError as exc:
-            name, line = _innermost_template_line(exc.__traceback__, self._loader)
-            raise TemplateError(f"{exc.message} in {part}", template=name, line=line) from exc
-        except Exception as exc:
-            # Anything else (a filter's TypeError, a ZeroDivisionError, a recursion limit) is
-            # still the template's fault and must not escape as a foreign exception type.
-            name, line = _innermost_template_line(exc.__traceback__, self._loader)
-            raise TemplateError(
-                f"rendering {part} failed: {type(exc).__name__}: {exc}", template=name, line=line
-            ) from exc
+        return render_guarded(template, variables, what=part, loader=self._loader)
+
+
+def render_guarded(
+    template: Template, variables: Mapping[str, object], *, what: str, loader: _HeraldLoader
+) -> str:
+    """Render, turning every failure into a TemplateError that names ``what`` and the line."""
+    try:
+        return template.render(variables)
+    except TemplateSyntaxError as exc:  # a dynamically included file that does not compile
+        raise _syntax_error(exc, loader) from exc
+    except TemplateNotFound as exc:
+        raise TemplateError(f"{what} includes a template that does not exist: {exc.name}") from exc
+    except SecurityError as exc:
+        name, line = _innermost_template_line(exc.__traceback__, loader)
+        raise TemplateError(
+            f"the {what} template tried an unsafe operation: {exc.message}",
+            template=name,
+            line=line,
+        ) from exc
+    except UndefinedError as exc:
+        name, line = _innermost_template_line(exc.__traceback__, loader)
+        raise TemplateError(f"{exc.message} in {what}", template=name, line=line) from exc
+    except Exception as exc:
+        # Anything else (a filter's TypeError, a ZeroDivisionError, a recursion limit) is
+        # still the template's fault and must not escape as a foreign exception type.
+        name, line = _innermost_template_line(exc.__traceback__, loader)
+        raise TemplateError(
+            f"rendering {what} failed: {type(exc).__name__}: {exc}", template=name, line=line
+        ) from exc
 
 
 class _HeraldUndefined(StrictUndefined):
@@ -253,9 +259,9 @@ def _none_as_empty(value: object) -> object:
     return "" if value is None else value
 
 
-def _inline_name(part: Part) -> str:
+def _inline_name(part: str) -> str:
     # Angle brackets mark a name that no loader serves, like Jinja's own "<template>".
-    return f"<inline {part}>"
+    return f"{INLINE_PREFIX}{part}>"
 
 
 def _body_part_of(template: str) -> Part:
@@ -339,11 +345,10 @@ def _innermost_template_line(
     is the template line, so the last such frame is where the error happened. Inline parts have
     no file name: only their line is returned.
     """
-    inline_names = {_inline_name(part) for part in ("subject", "text", "html")}
     found: tuple[str | None, int | None] = (None, None)
     while traceback is not None:
         filename = traceback.tb_frame.f_code.co_filename
-        if filename in inline_names:
+        if filename.startswith(INLINE_PREFIX):
             found = (None, traceback.tb_lineno)
         elif filename in loader.names_by_filename:
             found = (loader.names_by_filename[filename], traceback.tb_lineno)

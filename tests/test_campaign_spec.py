@@ -418,7 +418,7 @@ def test_unsupported_channel(tmp_path: Path) -> None:
     text = spec_with_steps("  - {id: s, subject: Hi, text: t, channel: sms}\n")
     problem = single_problem(load_error(tmp_path, text))
     assert problem.field == "steps[0].channel"
-    assert problem.message == "must be 'email', got 'sms'"
+    assert problem.message == "must be 'email' or 'webhook', got 'sms'"
 
 
 def test_inline_audience_problems_point_at_items(tmp_path: Path) -> None:
@@ -444,7 +444,7 @@ def test_inline_audience_problems_point_at_items(tmp_path: Path) -> None:
 
 def test_audience_of_wrong_shape(tmp_path: Path) -> None:
     text = spec_with_steps("  - {id: s, subject: S, text: t}\n").replace(
-        "[ann@example.com]", "{url: https://example.com/list.csv}"
+        "[ann@example.com]", "{sql: select * from people}"
     )
     problem = single_problem(load_error(tmp_path, text))
     assert (problem.line, problem.field) == (3, "audience")

@@ -286,10 +286,10 @@ class Chaos:
         # Chaos happens while between these fractions of the jobs are finished.
         plan: list[tuple[float, str]] = []
         plan += [(self.rng.uniform(0.05, 0.8), "kill") for _ in range(cfg.random_kills)]
-        if cfg.sigstop:
-            plan.append((0.2, "stop"))
         if cfg.host_restart:
-            plan.append((0.5, "host_restart"))
+            plan.append((0.25, "host_restart"))
+        if cfg.sigstop:
+            plan.append((0.45, "stop"))
         if cfg.db_restart:
             plan.append((0.35, "db_restart"))
         plan.sort()
@@ -306,8 +306,9 @@ class Chaos:
                 return
             # No other chaos while a worker is stopped: it must come back as a zombie.
             while plan and not self.paused and done >= plan[0][0] * total:
-                _, action = plan.pop(0)
-                self._act(action)
+                if not self._act(plan[0][1]):
+                    break  # nobody alive to act on yet: try again on the next tick
+                plan.pop(0)
             # A stopped worker counts as alive: the others carry on around it, as in real life.
             while not quiet and len(self.workers) < cfg.workers:
                 self.spawn(smtp_url)
@@ -328,17 +329,22 @@ class Chaos:
         except sa.exc.OperationalError:
             return 0  # the database is restarting
 
-    def _act(self, action: str) -> None:
+    def _act(self, action: str) -> bool:
+        """Apply one chaos action; False when there is no live worker to apply it to."""
         live = [w for w in self.workers if w.process.poll() is None]
-        if action == "kill" and live:
+        if action == "db_restart":
+            self.restart_database()
+            return True
+        if not live:
+            return False
+        if action == "kill":
             self.kill(self.rng.choice(live), "sigkill")
-        elif action == "stop" and live:
+        elif action == "stop":
             self.pause(self.rng.choice(live), self.config.lease * 2 + 2)
         elif action == "host_restart":
             for worker in live:
                 self.kill(worker, "host_restart")
-        elif action == "db_restart":
-            self.restart_database()
+        return True
 
     # ------------------------------------------------------------------ the verdict
 

@@ -1,0 +1,133 @@
+"""Building blocks of the campaign schema, shared by its models.
+
+``Invalid`` is the validation failure the models raise (its hint reaches the operator); the
+``describe``/``quote_hint`` helpers say in plain English what YAML made of a value; the rest are
+field checks used by more than one model: delays, step ids, URLs and HTTP request headers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from datetime import date, timedelta
+from typing import Annotated
+
+from pydantic import BeforeValidator, PlainSerializer
+
+from campaigns.durations import DURATION_HINT, format_duration, parse_duration
+from dispatch.egress import EgressDenied, check_url_syntax
+from dispatch.request_headers import HeaderError, check_headers
+
+STEP_ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_LINE_BREAKS = ("\r", "\n")
+
+
+class Invalid(ValueError):
+    """A validation failure with an optional hint; error translation picks the hint up."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def closest_key_hint(key: object, valid_keys: list[str]) -> str:
+    """'did you mean ...?' when a valid key is close, else the list of valid keys."""
+    matches = difflib.get_close_matches(str(key), valid_keys, n=1, cutoff=0.6)
+    if matches:
+        return f"did you mean {matches[0]!r}?"
+    return "valid keys: " + ", ".join(valid_keys)
+
+
+def reject_line_breaks(value: str, what: str, hint: str | None = None) -> None:
+    if any(char in value for char in _LINE_BREAKS):
+        raise Invalid(f"header injection: line break in {what}", hint)
+
+
+def check_relative_file(value: str, what: str) -> str:
+    if not value.strip():
+        raise Invalid(f"{what} is empty")
+    if any(ord(char) < 0x20 for char in value):
+        raise Invalid(f"{what} contains a control character")
+    return value
+
+
+def describe(value: object) -> str:
+    if value is None:
+        return "an empty value"
+    if isinstance(value, bool):
+        return f"the yes/no value {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return type(value).__name__
+
+
+def quote_hint(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "YAML reads yes/no/on/off/true/false as yes/no values; put text in quotes"
+    if isinstance(value, (int, float, date)):
+        return "put the value in quotes"
+    return None
+
+
+def parse_after(value: object) -> object:
+    if isinstance(value, timedelta):
+        if value < timedelta(0):
+            raise Invalid("negative delays are not allowed", DURATION_HINT)
+        return value
+    if isinstance(value, (str, int)):
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            raise Invalid(str(error), DURATION_HINT) from None
+    raise Invalid(f"expected a duration, got {describe(value)}", DURATION_HINT)
+
+
+Delay = Annotated[
+    timedelta,
+    BeforeValidator(parse_after),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
+
+
+def check_step_id(value: str) -> str:
+    if not STEP_ID_PATTERN.fullmatch(value):
+        raise Invalid(
+            f"invalid step id {value!r}",
+            "use lower-case letters, digits, '-' and '_', starting with a letter or digit,"
+            " at most 64 characters",
+        )
+    return value
+
+
+ENV_REFERENCE_HINT = "header values may name environment variables as ${NAME}; $$ is a literal $"
+
+
+def check_url_field(value: str) -> str:
+    """The checks that hold whatever the operator's egress policy (that one applies at use)."""
+    try:
+        check_url_syntax(value)
+    except EgressDenied as error:
+        hint = None
+        if error.rule == "userinfo not allowed":
+            hint = 'put credentials in headers, e.g. Authorization: "Bearer ${TOKEN}"'
+        elif error.rule.startswith("scheme not allowed"):
+            hint = "use an https:// URL"
+        raise Invalid(f"invalid url {value!r}: {error.rule}", hint) from None
+    return value
+
+
+def check_headers_field(value: dict[str, str]) -> dict[str, str]:
+    try:
+        check_headers(value)
+    except HeaderError as error:
+        raise Invalid(str(error), ENV_REFERENCE_HINT) from None
+    return value

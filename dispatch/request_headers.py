@@ -1,0 +1,129 @@
+"""HTTP request headers written by campaign authors, and the ``${ENV}`` references in them.
+
+A header value may name environment variables, e.g. ``Authorization: "Bearer ${CRM_TOKEN}"``.
+The reference is what gets stored (in the campaign spec and in a webhook job's payload); the
+value is looked up only by the process that sends the request, at the moment it sends it, so a
+secret never reaches the database or a log line.
+
+Syntax: ``${NAME}`` with NAME made of letters, digits and ``_``, not starting with a digit;
+``$$`` is a literal ``$``; any other ``$`` is itself. A ``${`` that does not form a reference is
+an error, so a typo such as ``${CRM TOKEN}`` is caught where the campaign is checked instead of
+being sent literally.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Final
+
+# RFC 9110 §5.6.2: a header name is a token.
+_TOKEN: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_REFERENCE: Final = re.compile(r"\$\$|\$\{(?P<name>[^}]*)\}|\$\{")
+_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Set by the transport itself, or meaningless to set per request: refusing them keeps the
+# request framing and the Idempotency-Key out of the campaign author's hands.
+RESERVED_HEADERS: Final = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+        "idempotency-key",
+        "proxy-authorization",
+        "proxy-connection",
+    }
+)
+
+
+class HeaderError(ValueError):
+    """A header that cannot be sent as written."""
+
+
+class MissingVariable(LookupError):
+    """A ``${NAME}`` reference whose variable is not set in this process's environment."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"environment variable {name} is not set")
+        self.name = name
+
+
+def _tokens(value: str) -> Iterator[tuple[str, str]]:
+    """('text', literal) and ('ref', NAME) pieces of a header value; raises HeaderError."""
+    position = 0
+    for match in _REFERENCE.finditer(value):
+        yield "text", value[position : match.start()]
+        position = match.end()
+        if match.group(0) == "$$":
+            yield "text", "$"
+            continue
+        name = match.group("name")
+        if name is None:
+            raise HeaderError("unclosed ${ in header value; write $$ for a literal $")
+        if not _NAME.fullmatch(name):
+            raise HeaderError(
+                f"invalid environment variable reference ${{{name}}}: use letters, digits and _,"
+                " not starting with a digit"
+            )
+        yield "ref", name
+    yield "text", value[position:]
+
+
+def variables_in(value: str) -> list[str]:
+    """The environment variables a header value refers to (raises HeaderError on bad syntax)."""
+    return [piece for kind, piece in _tokens(value) if kind == "ref"]
+
+
+def check_header(name: str, value: str) -> None:
+    """Raise HeaderError unless ``name: value`` can be sent as written."""
+    if not _TOKEN.fullmatch(name):
+        raise HeaderError(f"invalid header name {name!r}")
+    if name.lower() in RESERVED_HEADERS:
+        raise HeaderError(f"header {name!r} is set by Herald and cannot be given")
+    if any(char in value for char in "\r\n\x00"):
+        raise HeaderError(f"line break or NUL in the value of header {name!r}")
+    variables_in(value)
+
+
+def check_headers(headers: Mapping[str, str]) -> None:
+    """check_header for each, and no name given twice in different case."""
+    seen: dict[str, str] = {}
+    for name, value in headers.items():
+        check_header(name, value)
+        first = seen.setdefault(name.lower(), name)
+        if first != name:
+            raise HeaderError(f"header {name!r} is given twice (also as {first!r})")
+
+
+def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The headers with every reference replaced by its variable's value.
+
+    Raises MissingVariable for an unset variable, HeaderError for bad syntax or a value that
+    would break the header (a line break in the variable's value).
+    """
+    resolved: dict[str, str] = {}
+    for name, value in headers.items():
+        parts: list[str] = []
+        for kind, piece in _tokens(value):
+            if kind == "text":
+                parts.append(piece)
+                continue
+            if piece not in environ:
+                raise MissingVariable(piece)
+            parts.append(environ[piece])
+        text = "".join(parts)
+        if any(char in text for char in "\r\n\x00"):
+            # Named without the value: the value is a secret.
+            raise HeaderError(f"the value of header {name!r} contains a line break or NUL")
+        resolved[name] = text
+    return resolved
+
+
+def secret_header_names(headers: Mapping[str, str]) -> frozenset[str]:
+    """Headers whose value comes from the environment: treated like Authorization on redirects."""
+    return frozenset(name.lower() for name, value in headers.items() if variables_in(value))
