@@ -268,6 +268,7 @@ def launch(
             "rejected_rows": report.rejected,
             "steps": len(loaded.spec.steps),
         }
+        _print_rejects(report)  # stderr: JSON on stdout stays parseable
         if as_json:
             out.print_json(json.dumps(summary))
         else:
@@ -276,7 +277,6 @@ def launch(
                 f"{verb}: {loaded.spec.name} (version {registration.campaign.version}): "
                 f"{result.new_jobs} new job(s), {result.existing_jobs} already queued"
             )
-            _print_rejects(report)
 
 
 # ---------------------------------------------------------------------- worker

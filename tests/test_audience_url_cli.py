@@ -179,3 +179,19 @@ def test_launch_a_non_strict_audience_sends_to_the_valid_rows(
     engine.dispose()
     assert jobs == ["ann@example.com"]
     assert rejects == 2
+
+
+def test_cli_launch_fetches_once_and_a_relaunch_fetches_nothing(
+    tmp_path: Path, server: LocalHTTPServer
+) -> None:
+    path = write_campaign(tmp_path, server.url("/bad.csv"), strict=False)
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    first = herald("launch", str(path), "--database-url", db, "--json")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["rejected_rows"] == 2
+    assert "2 audience row(s) rejected and skipped" in first.stderr
+    assert len(server.requests) == 1, "check and fan-out must share one fetch"
+    again = herald("launch", str(path), "--database-url", db, "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["new_jobs"] == 0
+    assert len(server.requests) == 1, "a relaunch reads the snapshot, never the source"
