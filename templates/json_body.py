@@ -16,14 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Template
-from jinja2.exceptions import TemplateSyntaxError
 
-from templates.errors import TemplateError
 from templates.render import (
+    _compile_inline,
     _HeraldLoader,
     _HeraldSandbox,
-    _inline_name,
-    _load_references,
     _make_environment,
     render_guarded,
 )
@@ -73,7 +70,7 @@ class JsonBodyTemplate:
 
 def _compile_node(environment: _HeraldSandbox, value: JsonValue, path: str) -> _Node:
     if isinstance(value, str):
-        return _Leaf(path, _compile_leaf(environment, value, path))
+        return _Leaf(path, _compile_inline(environment, path, value))
     if isinstance(value, list):
         return [_compile_node(environment, item, f"{path}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, dict):
@@ -81,16 +78,3 @@ def _compile_node(environment: _HeraldSandbox, value: JsonValue, path: str) -> _
             key: _compile_node(environment, item, f"{path}.{key}") for key, item in value.items()
         }
     return value
-
-
-def _compile_leaf(environment: _HeraldSandbox, source: str, path: str) -> Template:
-    name = _inline_name(path)
-    try:
-        code = environment.compile(source, name=name, filename=name)
-        compiled = environment.template_class.from_code(
-            environment, code, environment.make_globals(None)
-        )
-    except TemplateSyntaxError as exc:
-        raise TemplateError(f"syntax error in {path}: {exc.message}", line=exc.lineno) from exc
-    _load_references(environment, source, seen=set())
-    return compiled

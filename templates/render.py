@@ -276,7 +276,8 @@ def _body_part_of(template: str) -> Part:
     )
 
 
-def _compile_inline(environment: _HeraldSandbox, part: Part, source: str) -> Template:
+def _compile_inline(environment: _HeraldSandbox, part: str, source: str) -> Template:
+    """Compile template text given inline; ``part`` names it in errors (subject, body.x…)."""
     name = _inline_name(part)
     try:
         code = environment.compile(source, name=name, filename=name)
