@@ -159,9 +159,9 @@ class GroupCommitter:
         self.stats.transactions += 1
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-        for request, result in zip(batch, results, strict=True):
+        for request in batch:
             self.stats.by_kind[request.kind] = self.stats.by_kind.get(request.kind, 0) + 1
-            _resolve(request, result=result)
+        _resolve_all(batch, results)
 
     def _transaction(self, batch: list[_Request]) -> list[Any]:
         """One transaction for the whole batch; returns only once it is committed."""
@@ -247,3 +247,19 @@ def _resolve(request: _Request, *, result: Any = None, exc: BaseException | None
     # RuntimeError: the loop is closed, so nobody is waiting any more.
     with contextlib.suppress(RuntimeError):
         request.loop.call_soon_threadsafe(settle)
+
+
+def _resolve_all(batch: list[_Request], results: list[Any]) -> None:
+    """One wake-up per event loop for the whole batch, not one per request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Any]]] = {}
+    for request, result in zip(batch, results, strict=True):
+        by_loop.setdefault(request.loop, []).append((request, result))
+
+    def settle(pairs: list[tuple[_Request, Any]]) -> None:
+        for request, result in pairs:
+            if not request.future.done():  # the waiter was cancelled
+                request.future.set_result(result)
+
+    for loop, pairs in by_loop.items():
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, pairs)

@@ -112,6 +112,49 @@ def _campaign_has_status(status: str) -> sa.Exists:
     )
 
 
+def _campaign_active() -> sa.ColumnElement[bool]:
+    """``campaign NOT IN (inactive names)``: a hashed subplan, planned well without statistics.
+
+    The equivalent ``NOT EXISTS`` becomes an anti-join whose estimate, on a campaign table that
+    was never analysed (autovacuum skips tables under 50 changed rows), makes PostgreSQL sort the
+    whole pending backlog on every claim instead of reading the due index in order.
+    """
+    inactive = sa.select(campaign_status.c.name).where(campaign_status.c.status != "active")
+    active: sa.ColumnElement[bool] = J.campaign.not_in(inactive)
+    return active
+
+
+def _unnest(**columns: Any) -> Any:
+    """``unnest(:v_a, :v_b, …) AS v(a, b, …)``: one constant-shape statement for any batch size."""
+    fn = sa.func.unnest(
+        *[sa.bindparam(f"v_{name}", type_=postgresql.ARRAY(t)) for name, t in columns.items()]
+    )
+    return fn.table_valued(*[sa.column(name, t) for name, t in columns.items()]).render_derived(
+        name="v"
+    )
+
+
+def _journalled(update: Any, source: Any, target: str, detail: Any = None) -> sa.Select[Any]:
+    """PostgreSQL: the transition and its journal rows in ONE statement (data-modifying CTEs)."""
+    done = update.cte("done")
+    journal = (
+        sa.insert(send_event)
+        .from_select(
+            ["job_id", "token", "from_state", "to_state", "actor", "detail"],
+            sa.select(
+                done.c.id,
+                done.c.lease_token,
+                source if isinstance(source, sa.ColumnElement) else sa.literal(source, sa.String()),
+                sa.literal(target, sa.String()),
+                sa.bindparam("actor", type_=sa.String()),
+                done.c.detail if detail is not None else sa.null(),
+            ),
+        )
+        .cte("journal")
+    )
+    return sa.select(done).add_cte(journal)
+
+
 def _suppressed() -> sa.Exists:
     return sa.exists().where(suppression.c.address == J.recipient)
 
@@ -197,8 +240,10 @@ class OutboxStore:
             for job in jobs
         ]
         insert = (postgresql.insert if self.is_postgres else sqlite.insert)(send_job)
-        stmt = insert.values(values).on_conflict_do_nothing(index_elements=["key"])
-        inserted = [row.id for row in conn.execute(stmt.returning(J.id))]
+        # executemany: one cached compile, batched by SQLAlchemy's "insertmanyvalues" into
+        # multi-row INSERT … RETURNING statements (instead of compiling 19 × N bind params).
+        stmt = insert.on_conflict_do_nothing(index_elements=["key"]).returning(J.id)
+        inserted = [row.id for row in conn.execute(stmt, values)]
         if replace_pending and len(inserted) < len(values):
             # Only rows nobody has claimed yet take the new version's payload; anything
             # claimed or beyond keeps what it had (a sent key stays sent).
@@ -244,47 +289,56 @@ class OutboxStore:
                 J.state == State.PENDING.value,
                 J.not_before <= db_now(),
                 J.claims < J.max_claims,  # poison jobs wait for recovery's dead letter
-                ~_campaign_not_active(),
+                _campaign_active(),
             )
             .order_by(J.not_before, J.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
         )
-        if self.is_postgres:
-            # ARRAY(subquery) is evaluated exactly once. A plain IN (subquery … LIMIT) may be
-            # planned as a join that re-runs the subquery and claims more than ``limit``.
-            picked = J.id == sa.any_(sa.func.array(due.scalar_subquery()))
-        else:
-            picked = J.id.in_(due.scalar_subquery())
-        stmt = (
-            sa.update(send_job)
-            .where(picked, J.state == State.PENDING.value)
-            .values(
-                state=State.CLAIMED.value,
-                lease_token=J.lease_token + 1,
-                lease_owner=owner,
-                lease_expires_at=db_now_plus(seconds(lease_seconds)),
-                claims=J.claims + 1,
-                updated_at=db_now(),
-            )
-            .returning(
-                J.id,
-                J.lease_token,
-                J.key,
-                J.campaign,
-                J.step,
-                J.channel,
-                J.sender,
-                J.recipient,
-                J.message_id,
-                J.payload,
-                J.claims,
-                J.send_attempts,
-                J.max_send_attempts,
-                J.not_before,
-            )
+        values = dict(
+            state=State.CLAIMED.value,
+            lease_token=J.lease_token + 1,
+            lease_owner=owner,
+            lease_expires_at=db_now_plus(seconds(lease_seconds)),
+            claims=J.claims + 1,
+            updated_at=db_now(),
         )
-        rows = sorted(conn.execute(stmt), key=lambda r: (r.not_before, r.id))
+        columns = (
+            J.id,
+            J.lease_token,
+            J.key,
+            J.campaign,
+            J.step,
+            J.channel,
+            J.sender,
+            J.recipient,
+            J.message_id,
+            J.payload,
+            J.claims,
+            J.send_attempts,
+            J.max_send_attempts,
+            J.not_before,
+        )
+        if self.is_postgres:
+            # A MATERIALIZED CTE is evaluated exactly once and joined by primary key.
+            picked = due.cte("picked").prefix_with("MATERIALIZED")
+            update = (
+                sa.update(send_job)
+                .where(J.id == picked.c.id, J.state == State.PENDING.value)
+                .values(**values)
+                .returning(*columns, sa.null().label("detail"))
+            )
+            stmt: Any = _journalled(update, State.PENDING.value, State.CLAIMED.value)
+            rows = list(conn.execute(stmt, {"actor": owner}))
+        else:
+            stmt = (
+                sa.update(send_job)
+                .where(J.id.in_(due.scalar_subquery()), J.state == State.PENDING.value)
+                .values(**values)
+                .returning(*columns)
+            )
+            rows = list(conn.execute(stmt))
+        rows.sort(key=lambda r: (r.not_before, r.id))
         jobs = [
             ClaimedJob(
                 id=r.id,
@@ -303,11 +357,12 @@ class OutboxStore:
             )
             for r in rows
         ]
-        self._journal(
-            conn,
-            [(j.id, j.token, State.PENDING.value, State.CLAIMED.value, None) for j in jobs],
-            owner,
-        )
+        if not self.is_postgres:
+            self._journal(
+                conn,
+                [(j.id, j.token, State.PENDING.value, State.CLAIMED.value, None) for j in jobs],
+                owner,
+            )
         return jobs
 
     # ---------------------------------------------------------------- T3 heartbeat
@@ -338,6 +393,37 @@ class OutboxStore:
         """claimed → sending: the only door to a send. Returns the ids that may go out."""
         if not leases:
             return set()
+        if self.is_postgres:
+            v = _unnest(id=sa.BigInteger(), token=sa.BigInteger())
+            update = (
+                sa.update(send_job)
+                .where(
+                    J.id == v.c.id,
+                    J.lease_token == v.c.token,
+                    J.state == State.CLAIMED.value,
+                    J.lease_expires_at > db_now_plus(sa.bindparam("margin", type_=sa.Float())),
+                    J.send_attempts < J.max_send_attempts,
+                    ~_suppressed(),
+                    _campaign_active(),
+                )
+                .values(
+                    state=State.SENDING.value,
+                    send_attempts=J.send_attempts + 1,
+                    send_started_at=db_now(),
+                    updated_at=db_now(),
+                )
+                .returning(J.id, J.lease_token, sa.null().label("detail"))
+            )
+            rows = conn.execute(
+                _journalled(update, State.CLAIMED.value, State.SENDING.value),
+                {
+                    "v_id": [i for i, _ in leases],
+                    "v_token": [t for _, t in leases],
+                    "margin": float(margin_seconds),
+                    "actor": actor,
+                },
+            )
+            return {row.id for row in rows}
         stmt = (
             sa.update(send_job)
             .where(
@@ -446,6 +532,8 @@ class OutboxStore:
         target: State,
         actor: str,
     ) -> set[int]:
+        if self.is_postgres:
+            return self._apply_pg(conn, group, source, target, actor)
         values: dict[str, Any] = {
             "state": target.value,
             "updated_at": db_now(),
@@ -475,6 +563,56 @@ class OutboxStore:
         texts = {c.lease[0]: _event_detail(c) for c in group}
         self._journal(conn, [(i, t, source.value, target.value, texts[i]) for i, t in done], actor)
         return {i for i, _ in done}
+
+    def _apply_pg(
+        self,
+        conn: sa.Connection,
+        group: Sequence[Completion],
+        source: State,
+        target: State,
+        actor: str,
+    ) -> set[int]:
+        v = _unnest(
+            id=sa.BigInteger(),
+            token=sa.BigInteger(),
+            code=sa.Integer(),
+            text=sa.Text(),
+            detail=sa.Text(),
+            retry_in=sa.Float(),
+            reason=sa.Text(),
+        )
+        values: dict[str, Any] = {
+            "state": target.value,
+            "updated_at": db_now(),
+            "outcome_code": v.c.code,
+            "outcome_text": v.c.text,
+            "outcome_at": db_now(),
+        }
+        if target in (State.SENT, State.FAILED, State.PENDING):
+            values.update(lease_owner=None, lease_expires_at=None)
+        if target is State.PENDING:
+            values["not_before"] = db_now_plus(v.c.retry_in)
+        if target is State.IN_DOUBT:
+            values["in_doubt_reason"] = v.c.reason
+            values.update(lease_owner=None)
+        update = (
+            sa.update(send_job)
+            .where(J.id == v.c.id, J.lease_token == v.c.token, J.state == source.value)
+            .values(**values)
+            .returning(J.id, J.lease_token, v.c.detail)
+        )
+        params = {
+            "v_id": [c.lease[0] for c in group],
+            "v_token": [c.lease[1] for c in group],
+            "v_code": [c.code for c in group],
+            "v_text": [c.text for c in group],
+            "v_detail": [_event_detail(c) for c in group],
+            "v_retry_in": [float(c.retry_in) for c in group],
+            "v_reason": [c.in_doubt_reason or c.text for c in group],
+            "actor": actor,
+        }
+        rows = conn.execute(_journalled(update, source.value, target.value, detail=True), params)
+        return {row.id for row in rows}
 
     def lease_state(self, conn: sa.Connection, leases: Sequence[Lease]) -> dict[int, str]:
         """Current state of the rows that still carry these tokens (for commit-unknown checks)."""
