@@ -8,6 +8,7 @@ engine: paragraphs stay paragraphs, links keep their targets, hidden content sta
 from __future__ import annotations
 
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 # Content a reader never sees in a mail client, so the text copy must not show it either.
@@ -36,29 +37,141 @@ _UNFOLLOWABLE_PREFIXES = ("#", "javascript:")
 
 def html_to_text(html: str) -> str:
     """Return the text a reader would see in ``html``, with link targets spelled out."""
-    parser = _TextExtractor()
-    parser.feed(html)
-    parser.close()
-    return _tidy("".join(parser.pieces))
+    builder = _TextBuilder()
+    if not _scan(html, builder):
+        # Markup the quick scanner does not take on: html.parser's own tolerant rules decide.
+        builder = _TextExtractor()
+        builder.feed(html)
+        builder.close()
+    return _tidy("".join(builder.pieces))
 
 
-class _TextExtractor(HTMLParser):
+# --- tokenising ------------------------------------------------------------------------------
+#
+# html.parser is the reference, but walking a message's markup through it costs more than
+# everything else Herald does to build that message. _scan reads the markup Herald's layouts and
+# ordinary email HTML consist of -- tags with plain attributes, end tags, comments, a doctype,
+# text -- with a few regular expressions and reports exactly the events html.parser would
+# (tag and attribute names lowercased, attribute values and text unescaped, "<x/>" as start
+# plus end tag, text split where markup splits it). It takes only markup whose reading every
+# html.parser release agrees on, and gives up (returns False) on anything else: a stray "<",
+# a processing instruction, an odd comment, elements whose content html.parser reads as raw
+# text in some releases but not others.
+
+_SPACE = "[ \t\n\r\f]"
+# Printable ASCII except space and  " ' < = > `  : an unquoted attribute value.
+_BARE_VALUE = "[!#-&(-;?-_a-~]+"
+_ATTRIBUTE_SYNTAX = rf"""{_SPACE}+[a-zA-Z_:][-a-zA-Z0-9_:.]*
+    (?:{_SPACE}*={_SPACE}*(?:"[^"]*"|'[^']*'|{_BARE_VALUE}))?"""
+_ATTRIBUTE = re.compile(
+    rf"""{_SPACE}+([a-zA-Z_:][-a-zA-Z0-9_:.]*)
+    (?:{_SPACE}*={_SPACE}*(?:"([^"]*)"|'([^']*)'|({_BARE_VALUE})))?""",
+    re.VERBOSE,
+)
+# Text, then the markup that ends it (or the end of the document).
+_TOKEN = re.compile(
+    rf"""([^<]*)                                   # 1: text
+    (?:<(?:
+        ([a-zA-Z][-a-zA-Z0-9:._]*)                 # 2: start tag name
+        ((?:{_ATTRIBUTE_SYNTAX})*)                 # 3: its attributes
+        {_SPACE}*(/?)>                             # 4: "/" of a self-closing tag
+      | /([a-zA-Z][-a-zA-Z0-9:._]*){_SPACE}*>     # 5: end tag name
+      | !--(?!-?>)(?:[^-]|-(?!-))*-->              # comment without "--" inside
+      | ![dD][oO][cC][tT][yY][pP][eE][^<>]*>       # doctype
+    ) | \Z)""",
+    re.VERBOSE,
+)
+# Elements whose content html.parser passes on as it is (no unescaping), up to the end tag.
+_RAW_TEXT = frozenset({"script", "style"})
+# Elements taken on only when their content is text up to their own end tag: html.parser
+# releases disagree on how markup inside them reads (newer ones treat title as escapable raw
+# text).
+_TEXT_ONLY = _RAW_TEXT | {"title"}
+# Elements left to html.parser whatever they hold, for the same reason.
+_UNSETTLED = frozenset(
+    {"textarea", "xmp", "iframe", "noembed", "noframes", "noscript", "plaintext"}
+)
+
+
+def _scan(html: str, builder: _TextBuilder) -> bool:
+    """Feed ``html``'s events to ``builder``; False (part fed) if the markup is not plain."""
+    start_tag = builder.handle_starttag
+    end_tag = builder.handle_endtag
+    data = builder.handle_data
+    next_token = _TOKEN.match
+    position = 0
+    text_only: str | None = None  # the open element that may hold nothing but text
+    while position < len(html):
+        token = next_token(html, position)
+        if token is None:
+            return False  # a "<" that starts none of the markup above
+        position = token.end()
+        text, name, attributes, self_closing, end_name = token.groups()
+        if text:
+            data(text if text_only in _RAW_TEXT else unescape(text))
+        if end_name is not None:
+            tag = end_name.lower()
+            if text_only is not None and tag != text_only:
+                return False
+            text_only = None
+            end_tag(tag)
+        elif text_only is not None:
+            return False  # other markup, or the end, inside script, style or title
+        elif name is not None:
+            tag = name.lower()
+            if tag in _UNSETTLED or (self_closing and tag in _RAW_TEXT):
+                return False
+            # The builder reads a link's href and looks for hidden and a hiding style: other
+            # tags' attributes, and all of them inside a skipped subtree, need not be parsed.
+            if attributes and not builder.skipping and (tag == "a" or _may_hide(attributes)):
+                start_tag(tag, _attributes(attributes))
+            else:
+                start_tag(tag, [])
+            if self_closing:
+                end_tag(tag)
+            elif tag in _TEXT_ONLY:
+                text_only = tag
+    return text_only is None
+
+
+def _may_hide(attributes: str) -> bool:
+    """False when no attribute in ``attributes`` can make its element hidden (_is_hidden)."""
+    if not attributes.isascii():
+        return True  # leave case-insensitive matching of other scripts to _is_hidden
+    lowered = attributes.lower()
+    # A character reference could spell any of the words.
+    return "&" in lowered or "hidden" in lowered or "display" in lowered or "visibility" in lowered
+
+
+def _attributes(source: str) -> list[tuple[str, str | None]]:
+    attributes: list[tuple[str, str | None]] = []
+    for found in _ATTRIBUTE.finditer(source):
+        name, double, single, bare = found.groups()
+        value = double if double is not None else single if single is not None else bare
+        attributes.append((name.lower(), unescape(value) if value else value))
+    return attributes
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+class _TextBuilder:
+    """Turns start tag, end tag and text events into the pieces of the text copy."""
+
     def __init__(self) -> None:
-        # convert_charrefs unescapes entities before handle_data sees the text.
-        super().__init__(convert_charrefs=True)
         self.pieces: list[str] = []
-        self._skipping: list[str] = []  # open tags of a dropped or hidden subtree
+        self.skipping: list[str] = []  # open tags of a dropped or hidden subtree
         self._pre_depth = 0
         self._links: list[tuple[str, int]] = []  # (href, index of the label's first piece)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if self._skipping:
+        if self.skipping:
             if tag not in _VOID:
-                self._skipping.append(tag)
+                self.skipping.append(tag)
             return
         if tag in _DROPPED or _is_hidden(attrs):
             if tag not in _VOID:
-                self._skipping.append(tag)
+                self.skipping.append(tag)
             return
         if tag == "br":
             self.pieces.append("\n")
@@ -76,10 +189,10 @@ class _TextExtractor(HTMLParser):
             self._links.append((dict(attrs).get("href") or "", len(self.pieces)))
 
     def handle_endtag(self, tag: str) -> None:
-        if self._skipping:
+        if self.skipping:
             # Tolerate unclosed inner tags: close back to the matching opener, if any.
-            if tag in self._skipping:
-                while self._skipping.pop() != tag:
+            if tag in self.skipping:
+                while self.skipping.pop() != tag:
                     pass
             return
         if tag in _PARAGRAPHS:
@@ -92,12 +205,15 @@ class _TextExtractor(HTMLParser):
             self._close_link(*self._links.pop())
 
     def handle_data(self, data: str) -> None:
-        if self._skipping:
+        if self.skipping:
             return
         if self._pre_depth:
             self.pieces.append(data)
-            return
-        self._append_inline(_WHITESPACE.sub(" ", data))
+        elif data.isspace():  # most often the line break between two tags
+            if not self._ends_in_whitespace():
+                self.pieces.append(" ")
+        else:
+            self._append_inline(_WHITESPACE.sub(" ", data))
 
     def _break(self, newlines: int) -> None:
         """End the current line, leaving ``newlines - 1`` blank lines (not more) after it."""
@@ -139,6 +255,15 @@ class _TextExtractor(HTMLParser):
             self._append_inline(href)
         elif label not in (href, target):
             self._append_inline(f" ({href})")
+
+
+class _TextExtractor(_TextBuilder, HTMLParser):
+    """The builder fed by html.parser, for markup _scan does not take on."""
+
+    def __init__(self) -> None:
+        _TextBuilder.__init__(self)
+        # convert_charrefs unescapes entities before handle_data sees the text.
+        HTMLParser.__init__(self, convert_charrefs=True)
 
 
 def _is_hidden(attrs: list[tuple[str, str | None]]) -> bool:

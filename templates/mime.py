@@ -7,19 +7,27 @@ Message-ID instead of being random.
 Bodies are kept 7-bit clean (quoted-printable when they are not plain short-lined ASCII) and
 headers RFC 2047-encoded, so the message is valid whether or not the receiving server offers
 8BITMIME or SMTPUTF8.
+
+The message is assembled as text rather than through ``email.message.EmailMessage``: the email
+package's header registry and folder cost milliseconds per message, and Herald builds every
+message twice (validate, then enqueue). The shapes written here are few and fixed; the email
+package is still used for the rare header this module does not shape itself (an unusual display
+name, an encoded-word look-alike, a structured extra header with non-ASCII text), so those come
+out exactly as they always did.
 """
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.errors import MessageError
-from email.headerregistry import Address
-from email.message import EmailMessage
+from email.headerregistry import Address, HeaderRegistry
 from email.policy import SMTP
 from email.utils import format_datetime
+from functools import lru_cache
 from typing import Literal
 
 from templates.errors import TemplateError
@@ -37,14 +45,50 @@ _OWN_HEADERS = frozenset(
 )  # fmt: skip
 # RFC 5322 field name: printable ASCII except colon.
 _FIELD_NAME = re.compile(r"[!-9;-~]+")
-_MESSAGE_ID = re.compile(r"<[^<>\s@]+@[^<>\s@]+>")
 # RFC 5322 caps a line at 998 characters; SMTP servers may reject longer ones.
 _MAX_LINE = 998
+# ... and asks for at most 78 where the text allows folding.
+_FOLD_AT = 78
 
 TransferEncoding = Literal["7bit", "quoted-printable"]
 
-# refold_source="none" keeps values stored with set_raw() exactly as given; see _set_verbatim.
+# Used only for the headers this module leaves to the email package (see _registry_field).
+# refold_source="none" is what the previous EmailMessage-based builder used.
 _POLICY = SMTP.clone(refold_source="none")
+# Extra header names the email package parses as structured fields (addresses, dates, MIME
+# parameters): non-ASCII text in them must be encoded by that field's grammar, not as plain text.
+_STRUCTURED = frozenset(HeaderRegistry().registry) - {"subject"}
+
+_CRLF = "\r\n"
+
+# An addr-spec that is a dot-atom on both sides: valid as given and already in canonical form.
+_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+_PLAIN_ADDR_SPEC = re.compile(rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_ATEXT}+(?:\.{_ATEXT}+)*")
+# RFC 5322 msg-id: a dot-atom, "@", a dot-atom or a domain literal.
+_MESSAGE_ID = re.compile(
+    rf"<{_ATEXT}+(?:\.{_ATEXT}+)*@(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\[[!-Z^-~]*\])>"
+)
+# RFC 5322 specials (as email._header_value_parser.SPECIALS): a display name holding one is
+# written as a quoted-string.
+_SPECIALS = frozenset('()<>@,:;."[]\\')
+# Header text that can be written and folded as it is: printable ASCII, space and tab.
+_PLAIN_TEXT = re.compile(r"[\t\x20-\x7e]*")
+# Pieces a folded header may be broken before: a run of whitespace and the word after it.
+_FOLD_PIECES = re.compile(r"[ \t]*[^ \t]+|[ \t]+")
+
+# RFC 2047 encoded words, always in UTF-8. Q-encoding keeps only the characters allowed in every
+# context (RFC 2047 section 5 (3), the strictest: a display name), so one encoder serves all.
+_EW_PREFIX = {"q": "=?utf-8?q?", "b": "=?utf-8?b?"}
+_EW_OVERHEAD = len("=?utf-8?q?") + len("?=")
+_EW_MAX = 75  # RFC 2047: an encoded word is at most 75 characters
+_Q_LITERAL = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789!*+-/"
+_Q_BYTE = [chr(byte) if byte in _Q_LITERAL else f"={byte:02X}" for byte in range(256)]
+_Q_BYTE[ord(" ")] = "_"
+_Q_ONE_CHAR = _Q_LITERAL + b" "  # bytes that stay one character in Q-encoding
+_Q_ONE_CHAR_TEXT = frozenset(_Q_ONE_CHAR.decode())
+_MAX_CHAR_COST = 12  # the longest encoding of one character: four bytes in Q, "=F0=9F=98=80"
+
+_CHARSET_PARAM = 'charset="utf-8"'
 
 
 def build_message(
@@ -60,7 +104,7 @@ def build_message(
     date: datetime,
     extra_headers: Mapping[str, str] | None = None,
 ) -> bytes:
-    """Return the complete RFC 5322 message, CRLF line endings, for one recipient.
+    """Return the complete RFC 5322 message, _CRLF line endings, for one recipient.
 
     A naive ``date`` is taken as UTC, the only zone Herald stores times in.
     """
@@ -81,24 +125,29 @@ def build_message(
     _check_extra_header_names(extra)
     if not _MESSAGE_ID.fullmatch(message_id):
         raise TemplateError(f"message-id must look like <id@domain>: {message_id!r}")
+    if not key.isascii():
+        raise TemplateError(f"{KEY_HEADER} must be ASCII: {key!r}")
 
-    message = EmailMessage(policy=_POLICY)
-    message["From"] = _address(sender, sender_name)
-    message["To"] = _address(recipient, recipient_name)
+    lines = [
+        _address_field("From", sender, sender_name or None),
+        _address_field("To", recipient, recipient_name or None),
+    ]
     if reply_to is not None:
-        message["Reply-To"] = _address(reply_to, None)
-    message["Subject"] = content.subject
-    message["Date"] = format_datetime(date if date.tzinfo else date.replace(tzinfo=UTC))
-    message["Message-ID"] = message_id
-    message["MIME-Version"] = "1.0"
-    _set_verbatim(message, KEY_HEADER, key)
+        lines.append(_address_field("Reply-To", reply_to, None))
+    lines.append(_text_field("Subject", content.subject))
+    lines.append(
+        f"Date: {format_datetime(date if date.tzinfo else date.replace(tzinfo=UTC))}{_CRLF}"
+    )
+    lines.append(_verbatim_field("Message-ID", message_id))
+    lines.append(f"MIME-Version: 1.0{_CRLF}")
+    lines.append(_verbatim_field(KEY_HEADER, key))
     for name, value in extra.items():
         if value.isascii():
-            _set_verbatim(message, name, value)
+            lines.append(_verbatim_field(name, value))
         else:
-            message[name] = value  # RFC 2047-encoded by the header registry
-    _set_body(message, content, boundary=_boundary(message_id))
-    return message.as_bytes()
+            lines.append(_text_field(name, value))
+    head = "".join(lines).encode("ascii")
+    return head + _body(content, boundary=_boundary(message_id))
 
 
 def _check_header_values(values: Mapping[str, str | None]) -> None:
@@ -115,30 +164,200 @@ def _check_extra_header_names(extra: Mapping[str, str]) -> None:
             raise TemplateError(f"extra header {name} would override a header Herald sets")
 
 
-def _address(addr_spec: str, display_name: str | None) -> Address:
-    # Non-ASCII local parts need SMTPUTF8, which this message format does not use; domains
-    # arrive IDNA-encoded, so any non-ASCII here is a caller's mistake worth stopping on.
-    if not addr_spec.isascii():
-        raise TemplateError(f"address must be ASCII (SMTPUTF8 is not supported): {addr_spec!r}")
-    try:
-        address = Address(display_name=display_name or "", addr_spec=addr_spec)
-    except (ValueError, MessageError) as exc:
-        raise TemplateError(f"invalid email address {addr_spec!r}: {exc}") from exc
-    if not address.username or not address.domain:
-        raise TemplateError(f"invalid email address {addr_spec!r}: needs local part and domain")
-    return address
+# --- headers -------------------------------------------------------------------------------
 
 
-def _set_verbatim(message: EmailMessage, name: str, value: str) -> None:
-    """Write an ASCII header exactly as given, never folded or RFC 2047-encoded.
+def _verbatim_field(name: str, value: str) -> str:
+    """An ASCII header exactly as given, never folded or RFC 2047-encoded.
 
-    The email package encodes any long word it cannot fold, which would turn a long
+    Encoding a long word (as the email package does when it cannot fold) would turn a long
     List-Unsubscribe URL or the idempotency key into an encoded word that receivers and
     bounce processors do not decode.
     """
     if len(name) + len(": ") + len(value) > _MAX_LINE:
         raise TemplateError(f"header {name} is longer than {_MAX_LINE} characters")
-    message.set_raw(name, value)
+    return f"{name}: {value}{_CRLF}"
+
+
+@lru_cache(maxsize=256)  # From and Reply-To are the same for every message of a campaign
+def _address_field(name: str, addr_spec: str, display_name: str | None) -> str:
+    addr_spec = _canonical_addr_spec(addr_spec)
+    if display_name is None:
+        return _checked(f"{name}: {addr_spec}{_CRLF}", name)
+    phrase = _display_phrase(display_name)
+    if phrase is not None:
+        one_line = f"{name}: {phrase} <{addr_spec}>"
+        if len(one_line) <= _FOLD_AT:
+            return one_line + _CRLF
+        first = f"{name}: {phrase}"
+        if len(first) <= _FOLD_AT and len(addr_spec) + len(" <>") <= _FOLD_AT:
+            return f"{first}{_CRLF} <{addr_spec}>{_CRLF}"
+    # A long or unusual display name: the email package's folder handles every case.
+    address = Address(display_name=display_name, addr_spec=addr_spec)
+    return _registry_field(name, address)
+
+
+def _canonical_addr_spec(addr_spec: str) -> str:
+    # Non-ASCII local parts need SMTPUTF8, which this message format does not use; domains
+    # arrive IDNA-encoded, so any non-ASCII here is a caller's mistake worth stopping on.
+    if not addr_spec.isascii():
+        raise TemplateError(f"address must be ASCII (SMTPUTF8 is not supported): {addr_spec!r}")
+    if _PLAIN_ADDR_SPEC.fullmatch(addr_spec):
+        return addr_spec
+    # Quoted local parts, domain literals, comments: let the email package parse and
+    # normalise them.
+    try:
+        address = Address(addr_spec=addr_spec)
+    except (ValueError, MessageError) as exc:
+        raise TemplateError(f"invalid email address {addr_spec!r}: {exc}") from exc
+    if not address.username or not address.domain:
+        raise TemplateError(f"invalid email address {addr_spec!r}: needs local part and domain")
+    return address.addr_spec
+
+
+def _display_phrase(display_name: str) -> str | None:
+    """The display name as an RFC 5322 phrase, or None when it needs the email package.
+
+    Shaped here: printable names with single spaces between words, no leading or trailing
+    space (a phrase would lose them) and nothing that reads as an encoded word. ASCII names
+    are written as they are, quoted if they hold a special; other names as one encoded word.
+    """
+    if (
+        not display_name.isprintable()
+        or "=?" in display_name
+        or "  " in display_name
+        or display_name[0] == " "
+        or display_name[-1] == " "
+    ):
+        return None
+    if display_name.isascii():
+        if _SPECIALS.isdisjoint(display_name):
+            return display_name
+        return '"' + display_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    words = _encoded_words(display_name, first=_EW_MAX)
+    return words[0] if len(words) == 1 else None
+
+
+def _text_field(name: str, value: str) -> str:
+    """An unstructured header: folded at whitespace when ASCII, else RFC 2047-encoded."""
+    if name.lower() in _STRUCTURED or "=?" in value:
+        # Address lists and the like have their own grammar, and text that already looks like
+        # an encoded word would be decoded by the reader: both are left to the email package.
+        return _registry_field(name, value)
+    lead = f"{name}: "
+    if value.isascii() and _PLAIN_TEXT.fullmatch(value):
+        folded = _fold(lead, value)
+        if folded is not None:
+            return folded
+    # Readers drop the whitespace that starts a header value, so it is not encoded. The first
+    # word stays on the name's line (readers would keep the space of a continuation line),
+    # even past 78 characters after a very long name: it has room for one character at least.
+    text = value.lstrip(" \t")
+    first = min(max(_FOLD_AT - len(lead), _EW_OVERHEAD + _MAX_CHAR_COST), _EW_MAX)
+    words = _encoded_words(text, first=first)
+    return _checked(lead + f"{_CRLF} ".join(words) + _CRLF, name)
+
+
+def _fold(lead: str, value: str) -> str | None:
+    """``lead + value`` broken before whitespace into lines of at most 78 characters.
+
+    None when a word is too long for a line of its own. Whitespace is kept as it is; a line
+    is never only whitespace.
+    """
+    if len(lead) + len(value) <= _FOLD_AT:
+        return lead + value + _CRLF
+    lines: list[str] = []
+    line = lead
+    for piece in _FOLD_PIECES.findall(value):
+        if len(line) + len(piece) <= _FOLD_AT or line == lead or piece.isspace():
+            line += piece
+        else:
+            lines.append(line)
+            line = piece
+        if len(line) > _FOLD_AT:
+            return None
+    lines.append(line)
+    return _CRLF.join(lines) + _CRLF
+
+
+def _encoded_words(text: str, *, first: int) -> list[str]:
+    """``text`` as UTF-8 encoded words: the first at most ``first`` characters, the rest 75.
+
+    Each word holds whole characters. Q-encoding unless base64 is clearly shorter.
+    """
+    data = _utf8(text)
+    q_length = 3 * len(data) - 2 * (len(data) - len(data.translate(None, _Q_ONE_CHAR)))
+    base64_length = (len(data) + 2) // 3 * 4
+    # Q keeps Latin text legible; the email package prefers it by the same margin.
+    encoding = "q" if q_length - base64_length < 5 else "b"
+
+    limit = first - _EW_OVERHEAD
+    if (q_length if encoding == "q" else base64_length) <= limit:
+        chunks = [data]  # the usual case: one word
+    else:
+        chunks = _chunks(text, data, encoding, limit)
+    prefix = _EW_PREFIX[encoding]
+    if encoding == "q":
+        return [prefix + "".join([_Q_BYTE[byte] for byte in chunk]) + "?=" for chunk in chunks]
+    return [prefix + binascii.b2a_base64(chunk, newline=False).decode() + "?=" for chunk in chunks]
+
+
+def _chunks(text: str, data: bytes, encoding: str, limit: int) -> list[bytes]:
+    """``data`` (``text`` in UTF-8) cut at character boundaries into pieces whose encoding
+    fits in ``limit`` characters for the first piece and an encoded word's room after it."""
+    chunks: list[bytes] = []
+    start = size = count = 0  # chunk start in data, its encoded size, its raw byte count
+    for char in text:
+        code = ord(char)
+        length = 1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4
+        if encoding == "q":
+            grown = size + (3 * length if length > 1 or char not in _Q_ONE_CHAR_TEXT else 1)
+        else:
+            grown = (count + length + 2) // 3 * 4
+        if grown > limit and count:
+            chunks.append(data[start : start + count])
+            start += count
+            count = 0
+            limit = _EW_MAX - _EW_OVERHEAD
+            grown = grown - size if encoding == "q" else (length + 2) // 3 * 4
+        size = grown
+        count += length
+    if count or not chunks:
+        chunks.append(data[start : start + count])
+    return chunks
+
+
+def _registry_field(name: str, value: str | Address) -> str:
+    """The header as the email package's header registry folds it, for the rare cases."""
+    try:
+        folded: str = _POLICY.header_factory(name, value).fold(policy=_POLICY)
+    except Exception as exc:  # the parser trips over some malformed values (IndexError)
+        raise TemplateError(f"header {name} cannot be encoded: {exc!r}") from exc
+    if not folded.isascii():
+        raise TemplateError(f"header {name} cannot be encoded as ASCII")
+    return _checked(folded, name)
+
+
+def _checked(field: str, name: str) -> str:
+    """``field`` if every line fits in 998 characters and every line after the first is a
+    continuation (starts with whitespace): the email package's folder, for one, can emit an
+    address list whose next line does not, which would end the header block early."""
+    lines = field.removesuffix(_CRLF).split(_CRLF)
+    if any(len(line) > _MAX_LINE for line in lines):
+        raise TemplateError(f"header {name} is longer than {_MAX_LINE} characters")
+    if not all(line[:1] in (" ", "\t") for line in lines[1:]):
+        raise TemplateError(f"header {name} cannot be encoded: folding would break the message")
+    return field
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TemplateError(f"text cannot be encoded as UTF-8: {exc}") from exc
+
+
+# --- body ----------------------------------------------------------------------------------
 
 
 def _boundary(message_id: str) -> str:
@@ -147,20 +366,49 @@ def _boundary(message_id: str) -> str:
     return "==herald-" + hashlib.sha256(message_id.encode()).hexdigest()[:24] + "=="
 
 
-def _set_body(message: EmailMessage, content: RenderedContent, *, boundary: str) -> None:
+def _body(content: RenderedContent, *, boundary: str) -> bytes:
+    """The body, with the Content-Type and Content-Transfer-Encoding headers that lead it."""
     if content.html is None:
-        message.set_content(content.text, cte=_transfer_encoding(content.text))
-        return
+        return _text_part(content.text, "plain")
     # Text first: clients show the last alternative they can display.
-    message.make_alternative(boundary=boundary)
-    for body, subtype in ((content.text, "plain"), (content.html, "html")):
-        part = EmailMessage(policy=_POLICY)
-        part.set_content(body, subtype=subtype, cte=_transfer_encoding(body))
-        del part["MIME-Version"]  # set_content() adds it; it belongs on the top level only
-        message.attach(part)
+    delimiter = f"--{boundary}\r\n".encode("ascii")
+    return b"".join(
+        (
+            f'Content-Type: multipart/alternative;\r\n boundary="{boundary}"\r\n\r\n'.encode(
+                "ascii"
+            ),
+            delimiter,
+            _text_part(content.text, "plain"),
+            b"\r\n",
+            delimiter,
+            _text_part(content.html, "html"),
+            f"\r\n--{boundary}--\r\n".encode("ascii"),
+        )
+    )
 
 
-def _transfer_encoding(body: str) -> TransferEncoding:
-    if body.isascii() and all(len(line) <= _MAX_LINE for line in body.splitlines()):
-        return "7bit"
-    return "quoted-printable"
+def _text_part(text: str, subtype: str) -> bytes:
+    encoding, data = _encode_text(text)
+    return (
+        f"Content-Type: text/{subtype}; {_CHARSET_PARAM}\r\n"
+        f"Content-Transfer-Encoding: {encoding}\r\n\r\n"
+    ).encode("ascii") + data
+
+
+def _encode_text(text: str) -> tuple[TransferEncoding, bytes]:
+    """The body as _CRLF lines ending in _CRLF, 7bit if it can be, else quoted-printable."""
+    data = _utf8(text)
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    if (
+        data.isascii()
+        and b"\0" not in data  # RFC 2045: 7bit data holds no NUL
+        and (len(data) <= _MAX_LINE or max(map(len, data.split(b"\n"))) <= _MAX_LINE)
+    ):
+        return "7bit", data.replace(b"\n", b"\r\n")
+    # Soft line breaks keep lines at 76 characters; trailing whitespace and a lone "." are
+    # encoded.
+    encoded = binascii.b2a_qp(data, quotetabs=False, istext=True, header=False)
+    return "quoted-printable", encoded.replace(b"\n", b"\r\n")
