@@ -8,12 +8,14 @@ Bodies are kept 7-bit clean (quoted-printable when they are not plain short-line
 headers RFC 2047-encoded, so the message is valid whether or not the receiving server offers
 8BITMIME or SMTPUTF8.
 
-The message is assembled as text rather than through ``email.message.EmailMessage``: the email
-package's header registry and folder cost milliseconds per message, and Herald builds every
-message twice (validate, then enqueue). The shapes written here are few and fixed; the email
-package is still used for the rare header this module does not shape itself (an unusual display
-name, an encoded-word look-alike, a structured extra header with non-ASCII text), so those come
-out exactly as they always did.
+The message is assembled as text rather than through ``email.message.EmailMessage``, whose
+header registry and folder cost milliseconds per message (Herald builds every message twice:
+to validate, then to enqueue). The shapes written here are few and fixed. The email package
+still writes the rare header this module does not shape itself -- a display name with control
+characters or too long for one encoded word, text that reads as an encoded word, non-ASCII text
+in a structured extra header such as Cc -- and what it writes is checked, because its folder can
+break a header. tests/test_templates_mime.py checks the output against the EmailMessage-based
+builder this replaced.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ _MESSAGE_ID = re.compile(
 # RFC 5322 specials (as email._header_value_parser.SPECIALS): a display name holding one is
 # written as a quoted-string.
 _SPECIALS = frozenset('()<>@,:;."[]\\')
+# Words of printable ASCII with single spaces between them.
+_ATOMS = re.compile(r"[!-~]+(?: [!-~]+)*")
 # Header text that can be written and folded as it is: printable ASCII, space and tab.
 _PLAIN_TEXT = re.compile(r"[\t\x20-\x7e]*")
 # Pieces a folded header may be broken before: a run of whitespace and the word after it.
@@ -184,17 +188,23 @@ def _address_field(name: str, addr_spec: str, display_name: str | None) -> str:
     addr_spec = _canonical_addr_spec(addr_spec)
     if display_name is None:
         return _checked(f"{name}: {addr_spec}{_CRLF}", name)
-    phrase = _display_phrase(display_name)
+    lead = f"{name}: "
+    phrase = _display_phrase(display_name, room=_FOLD_AT - len(lead))
     if phrase is not None:
-        one_line = f"{name}: {phrase} <{addr_spec}>"
-        if len(one_line) <= _FOLD_AT:
-            return one_line + _CRLF
-        first = f"{name}: {phrase}"
-        if len(first) <= _FOLD_AT and len(addr_spec) + len(" <>") <= _FOLD_AT:
-            return f"{first}{_CRLF} <{addr_spec}>{_CRLF}"
-    # A long or unusual display name: the email package's folder handles every case.
+        folded, _ = _fold(lead, f"{phrase} <{addr_spec}>")
+        return _checked(folded, name)
+    # Control characters, an encoded-word look-alike, or a long non-ASCII name: left to the
+    # email package, whose folder has lost a quoted-string's quotes before, so it is checked.
     address = Address(display_name=display_name, addr_spec=addr_spec)
-    return _registry_field(name, address)
+    field = _registry_field(name, address)
+    try:
+        parsed = _POLICY.header_factory(name, field[len(name) + 1 :].replace(_CRLF, ""))
+        ok = [parsed_address.addr_spec for parsed_address in parsed.addresses] == [addr_spec]
+    except Exception:
+        ok = False
+    if not ok:
+        raise TemplateError(f"header {name} cannot be encoded: {display_name!r}")
+    return field
 
 
 def _canonical_addr_spec(addr_spec: str) -> str:
@@ -215,26 +225,31 @@ def _canonical_addr_spec(addr_spec: str) -> str:
     return address.addr_spec
 
 
-def _display_phrase(display_name: str) -> str | None:
-    """The display name as an RFC 5322 phrase, or None when it needs the email package.
+def _display_phrase(display_name: str, *, room: int) -> str | None:
+    """The display name as an RFC 5322 phrase, or None when it is left to the email package.
 
-    Shaped here: printable names with single spaces between words, no leading or trailing
-    space (a phrase would lose them) and nothing that reads as an encoded word. ASCII names
-    are written as they are, quoted if they hold a special; other names as one encoded word.
+    ASCII names are written as they are when they are words with single spaces between them,
+    else as a quoted-string, which keeps every character (a phrase would lose the extra
+    whitespace). Other names become one encoded word, if one (of at most ``room`` characters)
+    holds them and they are printable with single spaces between words. Text that reads as an
+    encoded word and control characters are never shaped here.
     """
+    if "=?" in display_name:
+        return None
+    if display_name.isascii():
+        if not _PLAIN_TEXT.fullmatch(display_name):
+            return None
+        if _SPECIALS.isdisjoint(display_name) and _ATOMS.fullmatch(display_name):
+            return display_name
+        return '"' + display_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if (
         not display_name.isprintable()
-        or "=?" in display_name
         or "  " in display_name
         or display_name[0] == " "
         or display_name[-1] == " "
     ):
         return None
-    if display_name.isascii():
-        if _SPECIALS.isdisjoint(display_name):
-            return display_name
-        return '"' + display_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    words = _encoded_words(display_name, first=_EW_MAX)
+    words = _encoded_words(display_name, first=min(room, _EW_MAX))
     return words[0] if len(words) == 1 else None
 
 
@@ -246,8 +261,8 @@ def _text_field(name: str, value: str) -> str:
         return _registry_field(name, value)
     lead = f"{name}: "
     if value.isascii() and _PLAIN_TEXT.fullmatch(value):
-        folded = _fold(lead, value)
-        if folded is not None:
+        folded, fits = _fold(lead, value)
+        if fits:
             return folded
     # Readers drop the whitespace that starts a header value, so it is not encoded. The first
     # word stays on the name's line (readers would keep the space of a continuation line),
@@ -258,14 +273,15 @@ def _text_field(name: str, value: str) -> str:
     return _checked(lead + f"{_CRLF} ".join(words) + _CRLF, name)
 
 
-def _fold(lead: str, value: str) -> str | None:
-    """``lead + value`` broken before whitespace into lines of at most 78 characters.
+def _fold(lead: str, value: str) -> tuple[str, bool]:
+    """``lead + value`` broken before whitespace into lines of at most 78 characters, and
+    whether that worked: a word too long for a line of its own is left on a longer line.
 
-    None when a word is too long for a line of its own. Whitespace is kept as it is; a line
+    Whitespace is kept as it is (inside a quoted-string too, where folding is allowed); a line
     is never only whitespace.
     """
     if len(lead) + len(value) <= _FOLD_AT:
-        return lead + value + _CRLF
+        return lead + value + _CRLF, True
     lines: list[str] = []
     line = lead
     for piece in _FOLD_PIECES.findall(value):
@@ -274,10 +290,8 @@ def _fold(lead: str, value: str) -> str | None:
         else:
             lines.append(line)
             line = piece
-        if len(line) > _FOLD_AT:
-            return None
     lines.append(line)
-    return _CRLF.join(lines) + _CRLF
+    return _CRLF.join(lines) + _CRLF, all(len(line) <= _FOLD_AT for line in lines)
 
 
 def _encoded_words(text: str, *, first: int) -> list[str]:
