@@ -2,17 +2,30 @@
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+LOCK := requirements.lock
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint chaos soak bench clean
+.PHONY: demo test lint chaos soak bench clean lock
 
-$(STAMP): pyproject.toml
+# Exactly the versions (and file hashes) in requirements.lock, then Herald itself without letting
+# pip resolve anything else: what was tested is what is installed.
+$(STAMP): pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip check
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
+
+# Re-resolve the lock after changing dependencies in pyproject.toml (needs the package index).
+lock:
+	python3 -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet pip-tools
+	.lock-venv/bin/pip-compile --quiet --generate-hashes --extra dev --strip-extras --allow-unsafe \
+		--no-emit-index-url --output-file $(LOCK) pyproject.toml
+	rm -rf .lock-venv
 
 demo: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/demo.sh
@@ -35,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .demo .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .lock-venv .demo .mypy_cache .ruff_cache .pytest_cache
