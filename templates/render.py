@@ -19,6 +19,7 @@ Jinja settings a template author should know about:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -50,11 +51,26 @@ _TEXT_SUFFIXES = (".txt", ".text")
 # Everything str.splitlines() breaks on: the email package treats each as a line end, so any of
 # them in a header value would start a new header.
 _LINE_BREAKS = frozenset("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+# What no header value may hold: every control character but TAB (C0, DEL, C1) and the Unicode
+# line and paragraph separators. Some readers and servers cut a header at a NUL or treat other
+# controls as line ends; a recipient's name or subject never needs one.
+_FORBIDDEN_IN_HEADER = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def contains_line_break(value: str) -> bool:
     """True when ``value`` would span more than one line in a message header."""
     return not _LINE_BREAKS.isdisjoint(value)
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a header value ("a line break", "control character U+0000"),
+    or None when it can."""
+    found = _FORBIDDEN_IN_HEADER.search(value)
+    if found is None:
+        return None
+    if found.group() in _LINE_BREAKS:
+        return "a line break"
+    return f"control character U+{ord(found.group()):04X}"
 
 
 @dataclass(frozen=True)
@@ -122,8 +138,9 @@ class StepTemplate:
 
     def render(self, variables: Mapping[str, object]) -> RenderedContent:
         subject = self._render_part("subject", self._subject, variables).strip()
-        if contains_line_break(subject):
-            raise TemplateError("subject contains a line break (header injection)")
+        problem = header_value_problem(subject)
+        if problem is not None:
+            raise TemplateError(f"subject contains {problem} (header injection)")
         html = None if self._html is None else self._render_part("html", self._html, variables)
         if self._text is not None:
             text = self._render_part("text", self._text, variables)
