@@ -4,12 +4,16 @@ Security model: campaign authors write templates; recipients supply the variable
 in Jinja's immutable sandbox with strict undefined handling, and may only load files from the
 campaign's folder (``base_dir``) and Herald's built-in layouts (``herald/<name>``). Every
 attempt to reach Python internals fails the render with a TemplateError instead of printing
-anything. The sandbox does not bound CPU or memory: a template author can still write a slow
-template, which is acceptable because authors are operators, not recipients.
+anything. Every render is also bounded (templates/limits.py, RenderLimits): output size per
+part, a time budget, loop steps, and the size of every string, list or number a template builds;
+going over one is a TemplateError naming the limit, and Jinja never evaluates a template's
+expressions while compiling it.
 
 Jinja settings a template author should know about:
 
-- HTML (``.html``/``.htm`` files and inline ``html``) is autoescaped; text and subject are not.
+- HTML (``.html``/``.htm``/``.xhtml`` files in any letter case, and inline ``html``) is
+  autoescaped; text and subject are not. One function, is_html_template, makes both decisions
+  (escape it, send it as the HTML part), so they cannot disagree.
 - ``trim_blocks`` and ``lstrip_blocks`` are on, so block tags on their own line leave no blank
   lines or indentation behind; this matters most in text bodies.
 - ``None`` prints as an empty string, so an optional field that is present but empty does not
@@ -33,12 +37,12 @@ from jinja2.exceptions import (
     TemplateSyntaxError,
     UndefinedError,
 )
-from jinja2.runtime import Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing, object_type_repr
 
 from templates.errors import TemplateError
 from templates.html_to_text import html_to_text
+from templates.limits import RenderLimitError, RenderLimits, budget_for
+from templates.sandbox import HeraldSandbox, finalize
 
 Part = Literal["subject", "text", "html"]
 
@@ -46,7 +50,7 @@ LAYOUT_PREFIX = "herald/"
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
 
 INLINE_PREFIX = "<inline "  # names of templates written in the campaign YAML itself
-_HTML_SUFFIXES = (".html", ".htm")
+_HTML_SUFFIXES = (".html", ".htm", ".xhtml")  # compared lower-cased
 _TEXT_SUFFIXES = (".txt", ".text")
 # Everything str.splitlines() breaks on: the email package treats each as a line end, so any of
 # them in a header value would start a new header.
@@ -106,6 +110,7 @@ class StepTemplate:
         text: str | None = None,
         html: str | None = None,
         template: str | None = None,
+        limits: RenderLimits | None = None,
     ) -> StepTemplate:
         """Compile the step's parts; ``template`` is a file in ``base_dir`` holding one body."""
         if template is not None:
@@ -119,7 +124,7 @@ class StepTemplate:
             raise TemplateError("the step has no body: give text, html or a template file")
 
         loader = _HeraldLoader(base_dir)
-        environment = _make_environment(loader)
+        environment = _make_environment(loader, limits)
         compiled: dict[Part, Template] = {
             "subject": _compile_inline(environment, "subject", subject)
         }
@@ -156,9 +161,29 @@ class StepTemplate:
 def render_guarded(
     template: Template, variables: Mapping[str, object], *, what: str, loader: _HeraldLoader
 ) -> str:
-    """Render, turning every failure into a TemplateError that names ``what`` and the line."""
+    """Render within the environment's RenderLimits, turning every failure into a TemplateError
+    that names ``what`` and the line."""
+    environment = template.environment
+    assert isinstance(environment, _HeraldSandbox)
+    if environment.over_limit is not None:
+        # validate renders every recipient: once a step has gone over a limit (a time budget,
+        # typically), the campaign is refused anyway, and rendering the rest would cost that
+        # budget once per recipient.
+        raise TemplateError(
+            f"{environment.over_limit} (not rendered: this step went over a render limit"
+            " for an earlier recipient)"
+        )
     try:
-        return template.render(variables)
+        return _render_bounded(template, variables, environment.limits)
+    except RenderLimitError as exc:
+        name, line = _innermost_template_line(exc.__traceback__, loader)
+        if name is None and template.name is not None and not template.name.startswith("<"):
+            name = template.name  # output size is checked outside any template line
+        error = TemplateError(
+            f"the {what} template went over a render limit: {exc}", template=name, line=line
+        )
+        environment.over_limit = str(error)
+        raise error from exc
     except TemplateSyntaxError as exc:  # a dynamically included file that does not compile
         raise _syntax_error(exc, loader) from exc
     except TemplateNotFound as exc:
@@ -199,18 +224,27 @@ class _HeraldUndefined(StrictUndefined):
         )
 
 
-class _HeraldSandbox(ImmutableSandboxedEnvironment):
-    """The sandbox, but an unsafe attribute fails at once instead of becoming undefined.
+def _render_bounded(
+    template: Template, variables: Mapping[str, object], limits: RenderLimits
+) -> str:
+    """The rendered text, generated piece by piece so its size and time are checked as it
+    grows rather than after."""
+    pieces: list[str] = []
+    size = 0
+    with budget_for(limits) as budget:
+        for piece in template.generate(variables):
+            size += len(piece)
+            if size > limits.max_output_chars:
+                raise RenderLimitError(f"output longer than {limits.max_output_chars} characters")
+            budget.check_time()
+            pieces.append(piece)
+    return "".join(pieces)
 
-    Jinja's sandbox turns ``''.__class__`` into an undefined value, which ``is defined``,
-    ``default()`` or ``{% if %}`` would then quietly accept. Raising here makes every attempt
-    to reach internals a render error, whatever the template does with the result.
-    """
 
-    def unsafe_undefined(self, obj: object, attribute: str) -> Undefined:
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
+class _HeraldSandbox(HeraldSandbox):
+    """The sandbox of templates/sandbox.py, remembering a render that went over a limit."""
+
+    over_limit: str | None = None
 
 
 class _HeraldLoader(BaseLoader):
@@ -253,12 +287,13 @@ class _HeraldLoader(BaseLoader):
         return str(self.base_dir / name)
 
 
-def _make_environment(loader: _HeraldLoader) -> _HeraldSandbox:
+def _make_environment(loader: _HeraldLoader, limits: RenderLimits | None = None) -> _HeraldSandbox:
     return _HeraldSandbox(
+        limits=limits or RenderLimits(),
         loader=loader,
         undefined=_HeraldUndefined,
-        autoescape=_autoescapes,
-        finalize=_none_as_empty,
+        autoescape=is_html_template,
+        finalize=finalize,
         trim_blocks=True,
         lstrip_blocks=True,
         # Every referenced file is loaded at compile time and then never re-read: render
@@ -268,12 +303,15 @@ def _make_environment(loader: _HeraldLoader) -> _HeraldSandbox:
     )
 
 
-def _autoescapes(name: str | None) -> bool:
-    return name is not None and (name.endswith(_HTML_SUFFIXES) or name == _inline_name("html"))
+def is_html_template(name: str | None) -> bool:
+    """Whether the template ``name`` is HTML: autoescaped, and sent as the HTML part.
 
-
-def _none_as_empty(value: object) -> object:
-    return "" if value is None else value
+    Both decisions come from here: an upper-case ``welcome.HTML`` was once sent as HTML but
+    rendered unescaped, because each decision compared suffixes its own way.
+    """
+    if name is None:
+        return False
+    return name == _inline_name("html") or PurePosixPath(name).suffix.lower() in _HTML_SUFFIXES
 
 
 def _inline_name(part: str) -> str:
@@ -282,13 +320,13 @@ def _inline_name(part: str) -> str:
 
 
 def _body_part_of(template: str) -> Part:
-    suffix = PurePosixPath(template).suffix.lower()
-    if suffix in _HTML_SUFFIXES:
+    if is_html_template(template):
         return "html"
-    if suffix in _TEXT_SUFFIXES:
+    if PurePosixPath(template).suffix.lower() in _TEXT_SUFFIXES:
         return "text"
     raise TemplateError(
-        "a template file must end in .html or .htm (HTML body) or .txt or .text (text body)",
+        "a template file must end in .html, .htm or .xhtml (HTML body)"
+        " or .txt or .text (text body)",
         template=template,
     )
 
