@@ -41,8 +41,8 @@ from jinja2.utils import missing, object_type_repr
 
 from templates.errors import TemplateError
 from templates.html_to_text import html_to_text
-from templates.limits import RenderLimitError, RenderLimits, budget_for
-from templates.sandbox import HeraldSandbox, finalize
+from templates.limits import RenderLimitError, RenderLimits
+from templates.sandbox import HeraldSandbox, finalize, render_bounded
 
 Part = Literal["subject", "text", "html"]
 
@@ -174,7 +174,7 @@ def render_guarded(
             " for an earlier recipient)"
         )
     try:
-        return _render_bounded(template, variables, environment.limits)
+        return render_bounded(template, variables, environment.limits)
     except RenderLimitError as exc:
         name, line = _innermost_template_line(exc.__traceback__, loader)
         if name is None and template.name is not None and not template.name.startswith("<"):
@@ -222,23 +222,6 @@ class _HeraldUndefined(StrictUndefined):
             f"undefined attribute {self._undefined_name!r}"
             f" of {object_type_repr(self._undefined_obj)}"
         )
-
-
-def _render_bounded(
-    template: Template, variables: Mapping[str, object], limits: RenderLimits
-) -> str:
-    """The rendered text, generated piece by piece so its size and time are checked as it
-    grows rather than after."""
-    pieces: list[str] = []
-    size = 0
-    with budget_for(limits) as budget:
-        for piece in template.generate(variables):
-            size += len(piece)
-            if size > limits.max_output_chars:
-                raise RenderLimitError(f"output longer than {limits.max_output_chars} characters")
-            budget.check_time()
-            pieces.append(piece)
-    return "".join(pieces)
 
 
 class _HeraldSandbox(HeraldSandbox):

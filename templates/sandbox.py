@@ -12,10 +12,10 @@ folds at compile time either.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from jinja2 import nodes, pass_context
+from jinja2 import Template, nodes, pass_context
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
 from jinja2.runtime import Context, Undefined
@@ -28,6 +28,7 @@ from templates.limits import (
     RenderLimits,
     as_count,
     bounded_iteration,
+    budget_for,
     check_binop,
     check_format_method,
     check_items,
@@ -279,4 +280,19 @@ _FILTER_CHECKS: dict[str, Check] = {
     "filesizeformat": _check_weight,
 }
 
-__all__ = ["HeraldSandbox", "RenderLimitError", "RenderLimits", "finalize"]
+
+def render_bounded(
+    template: Template, variables: Mapping[str, object], limits: RenderLimits
+) -> str:
+    """The rendered text, generated piece by piece so its size and time are checked as it
+    grows rather than after."""
+    pieces: list[str] = []
+    size = 0
+    with budget_for(limits) as budget:
+        for piece in template.generate(variables):
+            size += len(piece)
+            if size > limits.max_output_chars:
+                raise RenderLimitError(f"output longer than {limits.max_output_chars} characters")
+            budget.check_time()
+            pieces.append(piece)
+    return "".join(pieces)
