@@ -10,11 +10,15 @@ headers RFC 2047-encoded, so the message is valid whether or not the receiving s
 
 The message is assembled as text rather than through ``email.message.EmailMessage``, whose
 header registry and folder cost milliseconds per message (Herald builds every message twice:
-to validate, then to enqueue). The shapes written here are few and fixed. The email package
-still writes the rare header this module does not shape itself -- a display name with control
-characters or too long for one encoded word, text that reads as an encoded word, non-ASCII text
-in a structured extra header such as Cc -- and what it writes is checked, because its folder can
-break a header. tests/test_templates_mime.py checks the output against the EmailMessage-based
+to validate, then to enqueue). The shapes written here are few and fixed.
+
+Every header value that can come from data (subject, display names) is encoded here and never
+handed to the email package: the package *parses* a string it is given, so text that reads as an
+RFC 2047 encoded word was decoded, and a decoded LF became a header or body of the attacker's
+choice (issue 7). Text that merely looks like an encoded word is itself encoded, so it arrives
+literally. Control characters are refused outright, and the finished bytes are checked
+(_check_wire) so that no bug in this module can ever put a line on the wire that is not a header,
+a fold, or body. tests/test_templates_mime.py checks the output against the EmailMessage-based
 builder this replaced.
 """
 
@@ -27,13 +31,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.errors import MessageError
 from email.headerregistry import Address, HeaderRegistry
-from email.policy import SMTP
 from email.utils import format_datetime
 from functools import lru_cache
 from typing import Literal
 
 from templates.errors import TemplateError
-from templates.render import RenderedContent, contains_line_break
+from templates.render import RenderedContent, header_value_problem
 
 KEY_HEADER = "X-Herald-Key"
 
@@ -54,11 +57,9 @@ _FOLD_AT = 78
 
 TransferEncoding = Literal["7bit", "quoted-printable"]
 
-# Used only for the headers this module leaves to the email package (see _registry_field).
-# refold_source="none" is what the previous EmailMessage-based builder used.
-_POLICY = SMTP.clone(refold_source="none")
 # Extra header names the email package parses as structured fields (addresses, dates, MIME
-# parameters): non-ASCII text in them must be encoded by that field's grammar, not as plain text.
+# parameters): their text must follow that field's grammar, which only ASCII written as given
+# does here (Herald sets no such header from data).
 _STRUCTURED = frozenset(HeaderRegistry().registry) - {"subject"}
 
 _CRLF = "\r\n"
@@ -148,16 +149,21 @@ def build_message(
     for name, value in extra.items():
         if value.isascii():
             lines.append(_verbatim_field(name, value))
+        elif name.lower() in _STRUCTURED:
+            raise TemplateError(f"header {name} cannot be encoded: a structured header is ASCII")
         else:
             lines.append(_text_field(name, value))
     head = "".join(lines).encode("ascii")
-    return head + _body(content, boundary=_boundary(message_id))
+    message = head + _body(content, boundary=_boundary(message_id))
+    _check_wire(message)
+    return message
 
 
 def _check_header_values(values: Mapping[str, str | None]) -> None:
     for field, value in values.items():
-        if value is not None and contains_line_break(value):
-            raise TemplateError(f"{field} contains a line break (header injection)")
+        problem = None if value is None else header_value_problem(value)
+        if problem is not None:
+            raise TemplateError(f"{field} contains {problem} (header injection)")
 
 
 def _check_extra_header_names(extra: Mapping[str, str]) -> None:
@@ -190,21 +196,8 @@ def _address_field(name: str, addr_spec: str, display_name: str | None) -> str:
         return _checked(f"{name}: {addr_spec}{_CRLF}", name)
     lead = f"{name}: "
     phrase = _display_phrase(display_name, room=_FOLD_AT - len(lead))
-    if phrase is not None:
-        folded, _ = _fold(lead, f"{phrase} <{addr_spec}>")
-        return _checked(folded, name)
-    # Control characters, an encoded-word look-alike, or a long non-ASCII name: left to the
-    # email package, whose folder has lost a quoted-string's quotes before, so it is checked.
-    address = Address(display_name=display_name, addr_spec=addr_spec)
-    field = _registry_field(name, address)
-    try:
-        parsed = _POLICY.header_factory(name, field[len(name) + 1 :].replace(_CRLF, ""))
-        ok = [parsed_address.addr_spec for parsed_address in parsed.addresses] == [addr_spec]
-    except Exception:
-        ok = False
-    if not ok:
-        raise TemplateError(f"header {name} cannot be encoded: {display_name!r}")
-    return field
+    folded, _ = _fold(lead, f"{phrase} <{addr_spec}>")
+    return _checked(folded, name)
 
 
 def _canonical_addr_spec(addr_spec: str) -> str:
@@ -212,6 +205,7 @@ def _canonical_addr_spec(addr_spec: str) -> str:
     # arrive IDNA-encoded, so any non-ASCII here is a caller's mistake worth stopping on.
     if not addr_spec.isascii():
         raise TemplateError(f"address must be ASCII (SMTPUTF8 is not supported): {addr_spec!r}")
+    _refuse_encoded_word(addr_spec)
     if _PLAIN_ADDR_SPEC.fullmatch(addr_spec):
         return addr_spec
     # Quoted local parts, domain literals, comments: let the email package parse and
@@ -225,42 +219,41 @@ def _canonical_addr_spec(addr_spec: str) -> str:
     return address.addr_spec
 
 
-def _display_phrase(display_name: str, *, room: int) -> str | None:
-    """The display name as an RFC 5322 phrase, or None when it is left to the email package.
+def _refuse_encoded_word(addr_spec: str) -> None:
+    # Readers (the email package among them) decode an encoded word even inside an address
+    # or a quoted local part, so such an address would read as another one, or as text with
+    # line breaks. No real mailbox is spelled like this.
+    if "=?" in addr_spec:
+        raise TemplateError(
+            f"invalid email address {addr_spec!r}: it reads as an RFC 2047 encoded word"
+        )
+
+
+def _display_phrase(display_name: str, *, room: int) -> str:
+    """The display name as an RFC 5322 phrase; the first word at most ``room`` characters.
 
     ASCII names are written as they are when they are words with single spaces between them,
     else as a quoted-string, which keeps every character (a phrase would lose the extra
-    whitespace). Other names become one encoded word, if one (of at most ``room`` characters)
-    holds them and they are printable with single spaces between words. Text that reads as an
-    encoded word and control characters are never shaped here.
+    whitespace). Other names, and any name that reads as an encoded word, become encoded words
+    of all their characters, spaces included: RFC 2047 readers ignore the whitespace between
+    adjacent encoded words, so the name reads back exactly and can never be decoded into
+    something else. The caller has refused control characters.
     """
-    if "=?" in display_name:
-        return None
-    if display_name.isascii():
-        if not _PLAIN_TEXT.fullmatch(display_name):
-            return None
+    if display_name.isascii() and "=?" not in display_name:
         if _SPECIALS.isdisjoint(display_name) and _ATOMS.fullmatch(display_name):
             return display_name
         return '"' + display_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if (
-        not display_name.isprintable()
-        or "  " in display_name
-        or display_name[0] == " "
-        or display_name[-1] == " "
-    ):
-        return None
-    words = _encoded_words(display_name, first=min(room, _EW_MAX))
-    return words[0] if len(words) == 1 else None
+    return " ".join(_encoded_words(display_name, first=min(room, _EW_MAX)))
 
 
 def _text_field(name: str, value: str) -> str:
-    """An unstructured header: folded at whitespace when ASCII, else RFC 2047-encoded."""
-    if name.lower() in _STRUCTURED or "=?" in value:
-        # Address lists and the like have their own grammar, and text that already looks like
-        # an encoded word would be decoded by the reader: both are left to the email package.
-        return _registry_field(name, value)
+    """An unstructured header: folded at whitespace when plain ASCII, else RFC 2047-encoded.
+
+    Text holding "=?" is encoded even when ASCII: written as it is, a reader would decode
+    whatever in it reads as an encoded word.
+    """
     lead = f"{name}: "
-    if value.isascii() and _PLAIN_TEXT.fullmatch(value):
+    if "=?" not in value and _PLAIN_TEXT.fullmatch(value):
         folded, fits = _fold(lead, value)
         if fits:
             return folded
@@ -341,27 +334,44 @@ def _chunks(text: str, data: bytes, encoding: str, limit: int) -> list[bytes]:
     return chunks
 
 
-def _registry_field(name: str, value: str | Address) -> str:
-    """The header as the email package's header registry folds it, for the rare cases."""
-    try:
-        folded: str = _POLICY.header_factory(name, value).fold(policy=_POLICY)
-    except Exception as exc:  # the parser trips over some malformed values (IndexError)
-        raise TemplateError(f"header {name} cannot be encoded: {exc!r}") from exc
-    if not folded.isascii():
-        raise TemplateError(f"header {name} cannot be encoded as ASCII")
-    return _checked(folded, name)
-
-
 def _checked(field: str, name: str) -> str:
     """``field`` if every line fits in 998 characters and every line after the first is a
-    continuation (starts with whitespace): the email package's folder, for one, can emit an
-    address list whose next line does not, which would end the header block early."""
+    continuation (starts with whitespace), which would otherwise end the header early."""
     lines = field.removesuffix(_CRLF).split(_CRLF)
     if any(len(line) > _MAX_LINE for line in lines):
         raise TemplateError(f"header {name} is longer than {_MAX_LINE} characters")
     if not all(line[:1] in (" ", "\t") for line in lines[1:]):
         raise TemplateError(f"header {name} cannot be encoded: folding would break the message")
     return field
+
+
+# A header line on the wire: a field (name, colon, printable ASCII) or a continuation holding
+# more than whitespace (some readers end the header block at a whitespace-only line).
+_WIRE_HEADER_LINE = re.compile(rb"[!-9;-~]+:[\t -~]*|[ \t]+[!-~][\t -~]*")
+
+
+def _check_wire(message: bytes) -> None:
+    """Refuse ``message`` unless its bytes have the shape every part of this module promises.
+
+    A guard against bugs, not a check of the input: every line ends in CRLF (no bare CR or
+    LF), no line exceeds 998 octets, and the header block holds only fields and folds, so no
+    value can have become a header or the start of the body.
+    """
+    crlf = message.count(b"\r\n")
+    if message.count(b"\n") != crlf or message.count(b"\r") != crlf:
+        raise TemplateError("built message is malformed: a bare CR or LF (a bug in Herald)")
+    head, separator, _ = message.partition(b"\r\n\r\n")
+    if not separator or not message.endswith(b"\r\n"):
+        raise TemplateError("built message is malformed: no header block (a bug in Herald)")
+    if not all(_WIRE_HEADER_LINE.fullmatch(line) for line in head.split(b"\r\n")):
+        raise TemplateError(
+            "built message is malformed: a header line that is not a field or a fold"
+            " (a bug in Herald)"
+        )
+    if len(message) > _MAX_LINE and max(map(len, message.split(b"\r\n"))) > _MAX_LINE:
+        raise TemplateError(
+            f"built message is malformed: a line over {_MAX_LINE} octets (a bug in Herald)"
+        )
 
 
 def _utf8(text: str) -> bytes:

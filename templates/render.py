@@ -4,12 +4,16 @@ Security model: campaign authors write templates; recipients supply the variable
 in Jinja's immutable sandbox with strict undefined handling, and may only load files from the
 campaign's folder (``base_dir``) and Herald's built-in layouts (``herald/<name>``). Every
 attempt to reach Python internals fails the render with a TemplateError instead of printing
-anything. The sandbox does not bound CPU or memory: a template author can still write a slow
-template, which is acceptable because authors are operators, not recipients.
+anything. Every render is also bounded (templates/limits.py, RenderLimits): output size per
+part, a time budget, loop steps, and the size of every string, list or number a template builds;
+going over one is a TemplateError naming the limit, and Jinja never evaluates a template's
+expressions while compiling it.
 
 Jinja settings a template author should know about:
 
-- HTML (``.html``/``.htm`` files and inline ``html``) is autoescaped; text and subject are not.
+- HTML (``.html``/``.htm``/``.xhtml`` files in any letter case, and inline ``html``) is
+  autoescaped; text and subject are not. One function, is_html_template, makes both decisions
+  (escape it, send it as the HTML part), so they cannot disagree.
 - ``trim_blocks`` and ``lstrip_blocks`` are on, so block tags on their own line leave no blank
   lines or indentation behind; this matters most in text bodies.
 - ``None`` prints as an empty string, so an optional field that is present but empty does not
@@ -19,6 +23,7 @@ Jinja settings a template author should know about:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -32,12 +37,12 @@ from jinja2.exceptions import (
     TemplateSyntaxError,
     UndefinedError,
 )
-from jinja2.runtime import Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing, object_type_repr
 
 from templates.errors import TemplateError
 from templates.html_to_text import html_to_text
+from templates.limits import RenderLimitError, RenderLimits
+from templates.sandbox import HeraldSandbox, finalize, render_bounded
 
 Part = Literal["subject", "text", "html"]
 
@@ -45,16 +50,31 @@ LAYOUT_PREFIX = "herald/"
 LAYOUTS_DIR = Path(__file__).parent / "layouts"
 
 INLINE_PREFIX = "<inline "  # names of templates written in the campaign YAML itself
-_HTML_SUFFIXES = (".html", ".htm")
+_HTML_SUFFIXES = (".html", ".htm", ".xhtml")  # compared lower-cased
 _TEXT_SUFFIXES = (".txt", ".text")
 # Everything str.splitlines() breaks on: the email package treats each as a line end, so any of
 # them in a header value would start a new header.
 _LINE_BREAKS = frozenset("\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+# What no header value may hold: every control character but TAB (C0, DEL, C1) and the Unicode
+# line and paragraph separators. Some readers and servers cut a header at a NUL or treat other
+# controls as line ends; a recipient's name or subject never needs one.
+_FORBIDDEN_IN_HEADER = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def contains_line_break(value: str) -> bool:
     """True when ``value`` would span more than one line in a message header."""
     return not _LINE_BREAKS.isdisjoint(value)
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a header value ("a line break", "control character U+0000"),
+    or None when it can."""
+    found = _FORBIDDEN_IN_HEADER.search(value)
+    if found is None:
+        return None
+    if found.group() in _LINE_BREAKS:
+        return "a line break"
+    return f"control character U+{ord(found.group()):04X}"
 
 
 @dataclass(frozen=True)
@@ -90,6 +110,7 @@ class StepTemplate:
         text: str | None = None,
         html: str | None = None,
         template: str | None = None,
+        limits: RenderLimits | None = None,
     ) -> StepTemplate:
         """Compile the step's parts; ``template`` is a file in ``base_dir`` holding one body."""
         if template is not None:
@@ -103,7 +124,7 @@ class StepTemplate:
             raise TemplateError("the step has no body: give text, html or a template file")
 
         loader = _HeraldLoader(base_dir)
-        environment = _make_environment(loader)
+        environment = _make_environment(loader, limits)
         compiled: dict[Part, Template] = {
             "subject": _compile_inline(environment, "subject", subject)
         }
@@ -122,8 +143,9 @@ class StepTemplate:
 
     def render(self, variables: Mapping[str, object]) -> RenderedContent:
         subject = self._render_part("subject", self._subject, variables).strip()
-        if contains_line_break(subject):
-            raise TemplateError("subject contains a line break (header injection)")
+        problem = header_value_problem(subject)
+        if problem is not None:
+            raise TemplateError(f"subject contains {problem} (header injection)")
         html = None if self._html is None else self._render_part("html", self._html, variables)
         if self._text is not None:
             text = self._render_part("text", self._text, variables)
@@ -139,9 +161,29 @@ class StepTemplate:
 def render_guarded(
     template: Template, variables: Mapping[str, object], *, what: str, loader: _HeraldLoader
 ) -> str:
-    """Render, turning every failure into a TemplateError that names ``what`` and the line."""
+    """Render within the environment's RenderLimits, turning every failure into a TemplateError
+    that names ``what`` and the line."""
+    environment = template.environment
+    assert isinstance(environment, _HeraldSandbox)
+    if environment.over_limit is not None:
+        # validate renders every recipient: once a step has gone over a limit (a time budget,
+        # typically), the campaign is refused anyway, and rendering the rest would cost that
+        # budget once per recipient.
+        raise TemplateError(
+            f"{environment.over_limit} (not rendered: this step went over a render limit"
+            " for an earlier recipient)"
+        )
     try:
-        return template.render(variables)
+        return render_bounded(template, variables, environment.limits)
+    except RenderLimitError as exc:
+        name, line = _innermost_template_line(exc.__traceback__, loader)
+        if name is None and template.name is not None and not template.name.startswith("<"):
+            name = template.name  # output size is checked outside any template line
+        error = TemplateError(
+            f"the {what} template went over a render limit: {exc}", template=name, line=line
+        )
+        environment.over_limit = str(error)
+        raise error from exc
     except TemplateSyntaxError as exc:  # a dynamically included file that does not compile
         raise _syntax_error(exc, loader) from exc
     except TemplateNotFound as exc:
@@ -182,18 +224,10 @@ class _HeraldUndefined(StrictUndefined):
         )
 
 
-class _HeraldSandbox(ImmutableSandboxedEnvironment):
-    """The sandbox, but an unsafe attribute fails at once instead of becoming undefined.
+class _HeraldSandbox(HeraldSandbox):
+    """The sandbox of templates/sandbox.py, remembering a render that went over a limit."""
 
-    Jinja's sandbox turns ``''.__class__`` into an undefined value, which ``is defined``,
-    ``default()`` or ``{% if %}`` would then quietly accept. Raising here makes every attempt
-    to reach internals a render error, whatever the template does with the result.
-    """
-
-    def unsafe_undefined(self, obj: object, attribute: str) -> Undefined:
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
+    over_limit: str | None = None
 
 
 class _HeraldLoader(BaseLoader):
@@ -236,12 +270,13 @@ class _HeraldLoader(BaseLoader):
         return str(self.base_dir / name)
 
 
-def _make_environment(loader: _HeraldLoader) -> _HeraldSandbox:
+def _make_environment(loader: _HeraldLoader, limits: RenderLimits | None = None) -> _HeraldSandbox:
     return _HeraldSandbox(
+        limits=limits or RenderLimits(),
         loader=loader,
         undefined=_HeraldUndefined,
-        autoescape=_autoescapes,
-        finalize=_none_as_empty,
+        autoescape=is_html_template,
+        finalize=finalize,
         trim_blocks=True,
         lstrip_blocks=True,
         # Every referenced file is loaded at compile time and then never re-read: render
@@ -251,12 +286,15 @@ def _make_environment(loader: _HeraldLoader) -> _HeraldSandbox:
     )
 
 
-def _autoescapes(name: str | None) -> bool:
-    return name is not None and (name.endswith(_HTML_SUFFIXES) or name == _inline_name("html"))
+def is_html_template(name: str | None) -> bool:
+    """Whether the template ``name`` is HTML: autoescaped, and sent as the HTML part.
 
-
-def _none_as_empty(value: object) -> object:
-    return "" if value is None else value
+    Both decisions come from here: an upper-case ``welcome.HTML`` was once sent as HTML but
+    rendered unescaped, because each decision compared suffixes its own way.
+    """
+    if name is None:
+        return False
+    return name == _inline_name("html") or PurePosixPath(name).suffix.lower() in _HTML_SUFFIXES
 
 
 def _inline_name(part: str) -> str:
@@ -265,13 +303,13 @@ def _inline_name(part: str) -> str:
 
 
 def _body_part_of(template: str) -> Part:
-    suffix = PurePosixPath(template).suffix.lower()
-    if suffix in _HTML_SUFFIXES:
+    if is_html_template(template):
         return "html"
-    if suffix in _TEXT_SUFFIXES:
+    if PurePosixPath(template).suffix.lower() in _TEXT_SUFFIXES:
         return "text"
     raise TemplateError(
-        "a template file must end in .html or .htm (HTML body) or .txt or .text (text body)",
+        "a template file must end in .html, .htm or .xhtml (HTML body)"
+        " or .txt or .text (text body)",
         template=template,
     )
 

@@ -1,0 +1,58 @@
+"""One decision makes a template HTML: autoescaped and sent as the HTML part (issue 7, item 5)."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from templates.mime import build_message
+from templates.render import StepTemplate, is_html_template
+
+PAYLOAD = "<img src=x onerror=alert(1)>"
+ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
+VARIANTS = ["welcome.html", "welcome.HTML", "welcome.Htm", "welcome.hTmL", "welcome.XHTML"]
+
+
+@pytest.mark.parametrize("file_name", VARIANTS)
+def test_a_recipient_name_is_escaped_in_the_html_part_whatever_the_suffix_case(
+    tmp_path: Path, file_name: str
+) -> None:
+    (tmp_path / file_name).write_text("<p>Hi {{ name }}</p>")
+    (tmp_path / "part.HTML").write_text("<b>{{ name }}</b>")
+    (tmp_path / "outer.html").write_text("{% include 'part.HTML' %}")
+    step = StepTemplate.compile(base_dir=tmp_path, subject="Hi {{ name }}", template=file_name)
+    content = step.render({"name": PAYLOAD})
+
+    assert content.html == f"<p>Hi {ESCAPED}</p>"
+    raw = build_message(
+        sender="news@news.example.com",
+        sender_name=None,
+        recipient="ada@example.org",
+        recipient_name=None,
+        reply_to=None,
+        content=content,
+        message_id="<abc@news.example.com>",
+        key="k" * 64,
+        date=datetime(2025, 1, 1, tzinfo=UTC),
+    )
+    message = email.message_from_bytes(raw, policy=email.policy.default)
+    html_part = message.get_body(preferencelist=("html",))
+    assert html_part is not None
+    html = html_part.get_content()  # type: ignore[attr-defined]
+    assert ESCAPED in html and PAYLOAD not in html
+    included = StepTemplate.compile(base_dir=tmp_path, subject="s", template="outer.html")
+    assert included.render({"name": PAYLOAD}).html == f"<b>{ESCAPED}</b>"
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("a.html", True), ("a.HTM", True), ("dir/a.XhTmL", True), ("<inline html>", True),
+     ("a.txt", False), ("a.TEXT", False), ("<inline text>", False), ("<inline subject>", False),
+     ("a.html.txt", False), ("<inline body.html>", False), (None, False)],
+)  # fmt: skip
+def test_is_html_template(name: str | None, expected: bool) -> None:
+    assert is_html_template(name) is expected
