@@ -36,7 +36,7 @@ from campaigns.audience_formats import (
     newline_mode,
     parse_stream,
 )
-from campaigns.errors import AudienceError
+from campaigns.errors import AudienceError, excerpt
 from campaigns.spec import UrlAudience
 from dispatch.egress import (
     BlockingResponse,
@@ -146,7 +146,7 @@ def open_url_audience(
             _check_status(body, url)
             format = source.format or infer_format(body.url, body.headers.get("content-type"))
             if format is None:
-                found = body.headers.get("content-type", "none")
+                found = excerpt(body.headers.get("content-type", "none"))
                 raise AudienceError(
                     f"cannot tell the audience's format (Content-Type: {found})",
                     file=url,

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from campaigns.errors import excerpt
 from campaigns.spec_fields import (
     Delay,
     Invalid,
@@ -91,7 +92,7 @@ class WebhookStepSpec(BaseModel):
         if value.upper() not in WEBHOOK_METHODS:
             raise Invalid(
                 f"method must be {', '.join(WEBHOOK_METHODS[:-1])} or {WEBHOOK_METHODS[-1]},"
-                f" got {value!r}"
+                f" got {excerpt(value)}"
             )
         return value.upper()
 
