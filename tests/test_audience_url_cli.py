@@ -83,7 +83,7 @@ def test_check_a_denied_url_exits_2_without_contacting_it(
 def test_check_needs_a_format_it_cannot_infer(server: LocalHTTPServer) -> None:
     unknown = herald("audience", "check", server.url("/export"))
     assert unknown.exit_code == 2, unknown.output
-    assert "cannot tell the audience's format (Content-Type: text/plain)" in unknown.output
+    assert "cannot tell the audience's format (Content-Type: 'text/plain')" in unknown.output
     given = herald("audience", "check", server.url("/export"), "--format", "csv")
     assert given.exit_code == 0, given.output
     by_type = herald("audience", "check", server.url("/stream"))
