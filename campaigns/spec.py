@@ -24,7 +24,8 @@ through the egress guard and snapshotted with each occurrence (see UrlAudience):
     audience:
       url: https://crm.example.com/export.csv
       format: csv                         # or json, ndjson; default: from extension/type
-      headers: {Authorization: "Bearer ${CRM_TOKEN}"}   # resolved at fetch time, never stored
+      # resolved at fetch time, never stored; only HERALD_SECRET_* or HERALD_SECRET_VARS names
+      headers: {Authorization: "Bearer ${HERALD_SECRET_CRM_TOKEN}"}
       strict: true                        # default: any invalid row stops the launch
 
 Steps are discriminated on `channel`: `email` (the default) or `webhook`:
@@ -33,7 +34,7 @@ Steps are discriminated on `channel`: `email` (the default) or `webhook`:
         channel: webhook
         url: https://hooks.example.com/in
         method: POST                      # or PUT, PATCH
-        headers: {Authorization: "Bearer ${HOOK_TOKEN}"}  # resolved by the worker at send time
+        headers: {Authorization: "Bearer ${HERALD_SECRET_HOOK_TOKEN}"}  # resolved at send time
         body: {email: "{{ email }}", plan: "{{ plan }}"}  # text leaves are templates
         in_doubt: resend                  # default hold; email steps only allow hold
 

@@ -119,7 +119,10 @@ def check_step_id(value: str) -> str:
     return value
 
 
-ENV_REFERENCE_HINT = "header values may name environment variables as ${NAME}; $$ is a literal $"
+ENV_REFERENCE_HINT = (
+    "header values may name environment variables as ${NAME} (HERALD_SECRET_* or listed in"
+    " HERALD_SECRET_VARS); $$ is a literal $"
+)
 
 
 def check_url_field(value: str) -> str:
@@ -129,7 +132,7 @@ def check_url_field(value: str) -> str:
     except EgressDenied as error:
         hint = None
         if error.rule == "userinfo not allowed":
-            hint = 'put credentials in headers, e.g. Authorization: "Bearer ${TOKEN}"'
+            hint = 'put credentials in headers, e.g. Authorization: "Bearer ${HERALD_SECRET_TOKEN}"'
         elif error.rule.startswith("scheme not allowed"):
             hint = "use an https:// URL"
         raise Invalid(f"invalid url {excerpt(value, 200)}: {error.rule}", hint) from None

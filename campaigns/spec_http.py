@@ -112,7 +112,8 @@ class UrlAudience(BaseModel):
 
     `format` is csv, json (a top-level array of objects) or ndjson (one object per line); when
     left out it is inferred from the URL's extension, then from the response's Content-Type.
-    `headers` may reference environment variables (`${CRM_TOKEN}`), resolved at fetch time.
+    `headers` may reference exposed environment variables (`${HERALD_SECRET_CRM_TOKEN}`),
+    resolved at fetch time.
     With `strict` (the default) a single invalid row stops the launch; without it the valid rows
     are launched and the invalid ones recorded. The fetched list is snapshotted with the
     occurrence, so the campaign's hash covers the YAML, not the remote content.

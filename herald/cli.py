@@ -151,14 +151,20 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
             "rejected_rows": report.rejected,
             "problem_count": report.problem_count,
             "problems": [
-                {"where": p.where, "step": p.step, "error": p.error} for p in report.problems
+                {
+                    "where": p.where,
+                    "step": p.step,
+                    "error": p.error,
+                    "file": p.file,
+                    "field": p.field,
+                }
+                for p in report.problems
             ],
         }
         out.print_json(json.dumps(payload))
         return
     for p in report.problems:
-        step = f" step {p.step}:" if p.step and p.where != f"step {p.step}" else ""
-        err.print(styled(f"{p.where}:{step} {p.error}", "red"))
+        err.print(styled(str(p), "red"))
     if report.problem_count > len(report.problems):
         err.print(f"… and {report.problem_count - len(report.problems)} more")
     if report.duplicates:
@@ -173,7 +179,7 @@ def _print_rejects(report: CheckReport) -> None:
         return
     err.print(styled(f"{report.rejected} audience row(s) rejected and skipped:", "yellow"))
     for p in report.rejects[:20]:
-        err.print(f"  {p.where}: {p.error}")
+        err.print(f"  {p}")
     if report.rejected > 20:
         err.print(f"  … and {report.rejected - 20} more")
 
