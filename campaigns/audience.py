@@ -18,6 +18,7 @@ Row rules and the file formats live in audience_formats; fetching in audience_ur
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import assert_never
@@ -26,6 +27,7 @@ from campaigns.audience_formats import Format, Recipient, RowProblem, newline_mo
 from campaigns.audience_url import iter_url_audience
 from campaigns.errors import AudienceError
 from campaigns.spec import CsvAudience, InlineAudience, LoadedCampaign, UrlAudience
+from templates.files import FileRefused, open_inside
 
 __all__ = [
     "Recipient",
@@ -50,15 +52,34 @@ def iter_audience(loaded: LoadedCampaign) -> Iterator[Recipient | RowProblem]:
     if isinstance(audience, InlineAudience):
         return _iter_inline(loaded, audience)
     if isinstance(audience, CsvAudience):
-        path = audience.resolve(loaded.base_dir)
-        if not path.is_file():
-            # Checked now, not at the first row, so the caller hears of it where it asked.
-            reason = "it is not a file" if path.exists() else "no such file"
-            raise AudienceError(f"cannot read audience CSV file: {reason}", file=str(path))
-        return iter_data_file(path, "csv")
+        # Opened now, not at the first row, so the caller hears of a refusal where it asked.
+        return _iter_campaign_csv(loaded, audience)
     if isinstance(audience, UrlAudience):
         return iter_url_audience(audience)
     assert_never(audience)
+
+
+def _iter_campaign_csv(
+    loaded: LoadedCampaign, audience: CsvAudience
+) -> Iterator[Recipient | RowProblem]:
+    """The campaign's CSV through the shared resolver (confined to the campaign's folder)."""
+    shown = loaded.shown(audience.csv)
+    try:
+        binary = open_inside(loaded.base_dir, audience.csv)
+    except FileRefused as error:
+        raise AudienceError(
+            f"cannot read audience CSV file {shown!r}: {error.reason}", file=loaded.file
+        ) from None
+    # utf-8-sig: spreadsheet programs often start CSV exports with a byte order mark.
+    stream = io.TextIOWrapper(binary, encoding="utf-8-sig", newline=newline_mode("csv"))
+    return _closing(stream, parse_stream("csv", stream, source=shown))
+
+
+def _closing(
+    stream: io.TextIOWrapper, rows: Iterator[Recipient | RowProblem]
+) -> Iterator[Recipient | RowProblem]:
+    with stream:
+        yield from rows
 
 
 def _iter_inline(loaded: LoadedCampaign, audience: InlineAudience) -> Iterator[Recipient]:
@@ -72,7 +93,9 @@ def _iter_inline(loaded: LoadedCampaign, audience: InlineAudience) -> Iterator[R
 
 
 def iter_data_file(path: Path, format: Format) -> Iterator[Recipient | RowProblem]:
-    """The rows of a local audience file in ``format`` (CSV, JSON array or NDJSON)."""
+    """The rows of an audience file the operator named on the command line, in ``format``
+    (CSV, JSON array or NDJSON). A file a *campaign* names is read via iter_audience, confined
+    to the campaign's folder."""
     file = str(path)
     try:
         # utf-8-sig: spreadsheet programs often start CSV exports with a byte order mark.

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, TextIO
 
 from campaigns.addresses import AddressError, normalise_address
-from campaigns.errors import AudienceError
+from campaigns.errors import AudienceError, excerpt
 
 if TYPE_CHECKING:
     from _csv import Reader as CsvReader
@@ -100,7 +100,7 @@ class _Columns:
 
         emails, name_columns = indexes_of(EMAIL_COLUMN), indexes_of(NAME_COLUMN)
         if not emails:
-            found = ", ".join(repr(name) for name in names if name) or "none"
+            found = _listing([name for name in names if name]) or "none"
             raise AudienceError(
                 f"no 'email' column (found columns: {found})",
                 file=file,
@@ -114,7 +114,7 @@ class _Columns:
             names[index] = names[index].lower()
         repeated = sorted({name for name in names if name and names.count(name) > 1})
         if repeated:
-            listed = ", ".join(map(repr, repeated))
+            listed = _listing(repeated)
             raise AudienceError(f"repeated column names: {listed}", file=file, line=line)
         return cls(
             names=tuple(names),
@@ -136,6 +136,12 @@ class _Columns:
         email, name = checked
         variables = {column: cell for column, cell in zip(self.names, cells, strict=True) if column}
         return Recipient(email=email, name=name, variables=variables, line=line)
+
+
+def _listing(names: list[str], most: int = 5) -> str:
+    """A few column names for a message: a header row may be anything (even a secret file)."""
+    shown = ", ".join(excerpt(name, 30) for name in names[:most])
+    return shown + (f", … ({len(names)} in all)" if len(names) > most else "")
 
 
 def iter_csv(stream: TextIO, source: str) -> Iterator[Recipient | RowProblem]:
@@ -181,7 +187,7 @@ def _address_and_name(raw_email: str, raw_name: str | None) -> tuple[str, str | 
     try:
         email = normalise_address(raw_email)
     except AddressError as error:
-        return f"invalid address {raw_email!r}: {error}"
+        return f"invalid address {excerpt(raw_email)}: {error}"
     if raw_name is None:
         return email, None
     if "\r" in raw_name or "\n" in raw_name:
@@ -213,12 +219,12 @@ def recipient_from_record(record: object, position: int, unit: Unit) -> Recipien
         lowered = key.lower()
         if lowered in (EMAIL_COLUMN, NAME_COLUMN):
             if lowered in canonical:
-                reason = f"{canonical[lowered]!r} and {key!r} both mean {lowered!r}"
+                reason = f"{excerpt(canonical[lowered])} and {excerpt(key)} both mean {lowered!r}"
                 return RowProblem(position, reason, unit)
             canonical[lowered] = key
         text = _json_text(value)
         if text is None:
-            reason = f"field {key!r} must be a plain value, not an object or a list"
+            reason = f"field {excerpt(key)} must be a plain value, not an object or a list"
             return RowProblem(position, reason, unit)
         variables[lowered if lowered in (EMAIL_COLUMN, NAME_COLUMN) else key] = text
     if EMAIL_COLUMN not in canonical:

@@ -3,8 +3,9 @@
 The request goes through ``dispatch.egress`` with the operator's policy from the environment
 (``HERALD_EGRESS_ALLOW`` etc.; see ``EgressPolicy.from_env``), so a campaign cannot aim Herald
 at an internal address, redirects included. Header values may name environment variables
-(``Authorization: "Bearer ${CRM_TOKEN}"``): they are resolved here, at fetch time, never
-stored, and treated like ``Authorization`` on a cross-origin redirect (dropped).
+(``Authorization: "Bearer ${HERALD_SECRET_CRM_TOKEN}"``; only exposed ones, see
+dispatch.request_headers): they are resolved here, at fetch time, never stored, and treated
+like ``Authorization`` on a cross-origin redirect (dropped).
 
 The body is streamed (``open_blocking``): rows are parsed as bytes arrive, in constant memory.
 Audience exports can be large and slow, so the guard's byte cap and total deadline are raised
@@ -36,7 +37,7 @@ from campaigns.audience_formats import (
     newline_mode,
     parse_stream,
 )
-from campaigns.errors import AudienceError
+from campaigns.errors import AudienceError, excerpt
 from campaigns.spec import UrlAudience
 from dispatch.egress import (
     BlockingResponse,
@@ -146,7 +147,7 @@ def open_url_audience(
             _check_status(body, url)
             format = source.format or infer_format(body.url, body.headers.get("content-type"))
             if format is None:
-                found = body.headers.get("content-type", "none")
+                found = excerpt(body.headers.get("content-type", "none"))
                 raise AudienceError(
                     f"cannot tell the audience's format (Content-Type: {found})",
                     file=url,
@@ -186,7 +187,7 @@ def _check_status(body: BlockingResponse, url: str) -> None:
         raise AudienceUnavailable(message, file=url, hint="try again later")
     hint = None
     if status in (401, 403):
-        hint = 'check the audience\'s headers, e.g. Authorization: "Bearer ${TOKEN}"'
+        hint = 'check the audience\'s headers, e.g. Authorization: "Bearer ${HERALD_SECRET_TOKEN}"'
     elif 300 <= status < 400:
         hint = "the redirect has no usable Location"
     raise AudienceError(message, file=url, hint=hint)

@@ -11,6 +11,24 @@ The CLI maps any CampaignError to exit code 2 ("invalid input") and prints it wi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
+
+# Enough to recognise a value, too little to carry a file's content (an environment, a key)
+# into a terminal or a log.
+EXCERPT_CHARS: Final = 80
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
+    """A value from data, quoted for an error message: repr-escaped (so control characters,
+    quotes and line breaks show as escapes) and cut to ``limit`` characters of the original.
+
+    Every error message that quotes data from a file, a server or a campaign quotes it through
+    here, so no message can echo more than a short, inert excerpt of what it read.
+    """
+    text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
 
 
 class CampaignError(Exception):

@@ -24,7 +24,8 @@ through the egress guard and snapshotted with each occurrence (see UrlAudience):
     audience:
       url: https://crm.example.com/export.csv
       format: csv                         # or json, ndjson; default: from extension/type
-      headers: {Authorization: "Bearer ${CRM_TOKEN}"}   # resolved at fetch time, never stored
+      # resolved at fetch time, never stored; only HERALD_SECRET_* or HERALD_SECRET_VARS names
+      headers: {Authorization: "Bearer ${HERALD_SECRET_CRM_TOKEN}"}
       strict: true                        # default: any invalid row stops the launch
 
 Steps are discriminated on `channel`: `email` (the default) or `webhook`:
@@ -33,7 +34,7 @@ Steps are discriminated on `channel`: `email` (the default) or `webhook`:
         channel: webhook
         url: https://hooks.example.com/in
         method: POST                      # or PUT, PATCH
-        headers: {Authorization: "Bearer ${HOOK_TOKEN}"}  # resolved by the worker at send time
+        headers: {Authorization: "Bearer ${HERALD_SECRET_HOOK_TOKEN}"}  # resolved at send time
         body: {email: "{{ email }}", plan: "{{ plan }}"}  # text leaves are templates
         in_doubt: resend                  # default hold; email steps only allow hold
 
@@ -43,8 +44,6 @@ errors.SpecError.problems.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -74,7 +73,7 @@ from campaigns.addresses import (
     normalise_address,
     split_display_name,
 )
-from campaigns.errors import AudienceError, CampaignError, SpecError
+from campaigns.errors import CampaignError, SpecError, excerpt
 from campaigns.spec_fields import (
     Delay,
     Invalid,
@@ -85,17 +84,18 @@ from campaigns.spec_fields import (
     quote_hint,
     reject_line_breaks,
 )
+from campaigns.spec_files import audience_digest, shown_path, template_digests
+from campaigns.spec_files import campaign_hash as campaign_hash  # re-exported
 from campaigns.spec_http import UrlAudience as UrlAudience  # re-exported: part of the schema
 from campaigns.spec_http import WebhookStepSpec as WebhookStepSpec
 from campaigns.yaml_loader import YamlLines, YamlPath, format_path, load_yaml, parse_path
+from templates.files import resolve_inside
 
 # Campaign files are hand-written; anything bigger is a mistake or an audience that belongs in
 # a CSV file, and YAML parsing would need many times this much memory.
 MAX_SPEC_BYTES = 16 * 1024 * 1024
 
 CAMPAIGN_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
-
-_HASH_FORMAT = "herald-campaign-hash v1"
 
 
 # --- from / reply_to -------------------------------------------------------------------------
@@ -112,11 +112,11 @@ def _coerce_mailbox(value: object) -> Mailbox:
             name, address = split_display_name(value)
             return make_mailbox(address, name)
         except AddressError as error:
-            raise Invalid(f"invalid address {value!r}: {error}") from None
+            raise Invalid(f"invalid address {excerpt(value)}: {error}") from None
     if isinstance(value, Mapping):
         for key in value:
             if key not in _MAILBOX_KEYS:
-                raise Invalid(f"unknown key {key!r}", closest_key_hint(key, _MAILBOX_KEYS))
+                raise Invalid(f"unknown key {excerpt(key)}", closest_key_hint(key, _MAILBOX_KEYS))
         raw_address, display_name = value.get("address"), value.get("name")
         if not isinstance(raw_address, str):
             raise Invalid("needs an 'address' (text)")
@@ -125,7 +125,7 @@ def _coerce_mailbox(value: object) -> Mailbox:
         try:
             return make_mailbox(raw_address, display_name)
         except AddressError as error:
-            raise Invalid(f"invalid address {raw_address!r}: {error}") from None
+            raise Invalid(f"invalid address {excerpt(raw_address)}: {error}") from None
     raise Invalid(
         "expected an address",
         "e.g. 'Acme News <news@acme.example>' or {address: ..., name: ...}",
@@ -236,14 +236,14 @@ def _variable_text(key: str, value: object) -> str:
         return ""
     if isinstance(value, date):
         return value.isoformat()
-    raise Invalid(f"variable {key!r} must be a plain value, not {describe(value)}")
+    raise Invalid(f"variable {excerpt(key)} must be a plain value, not {describe(value)}")
 
 
 def _only_key(mapping: Mapping[str, object], wanted: str) -> str | None:
     """The key of `mapping` equal to `wanted` ignoring case (as for CSV headers)."""
     keys = [key for key in mapping if key.lower() == wanted]
     if len(keys) > 1:
-        raise Invalid(f"{' and '.join(map(repr, keys))} both mean {wanted!r}")
+        raise Invalid(f"{' and '.join(map(excerpt, keys))} both mean {wanted!r}")
     return keys[0] if keys else None
 
 
@@ -287,7 +287,7 @@ class InlineRecipient(BaseModel):
             try:
                 name, address = split_display_name(value)
             except AddressError as error:
-                raise Invalid(f"invalid address {value!r}: {error}") from None
+                raise Invalid(f"invalid address {excerpt(value)}: {error}") from None
             variables = {"email": address} | ({"name": name} if name is not None else {})
             return {"email": address, "name": name, "variables": variables}
         # The model's own form (from Python or a dump) has a mapping under 'variables', which
@@ -309,7 +309,7 @@ class InlineRecipient(BaseModel):
         try:
             return normalise_address(value)
         except AddressError as error:
-            raise Invalid(f"invalid address {value!r}: {error}") from None
+            raise Invalid(f"invalid address {excerpt(value)}: {error}") from None
 
     @field_validator("name")
     @classmethod
@@ -351,7 +351,8 @@ class CsvAudience(BaseModel):
         return check_relative_file(value, "CSV path")
 
     def resolve(self, base_dir: Path) -> Path:
-        return (base_dir / self.csv).resolve()
+        """The real path of the CSV file; raises templates.files.FileRefused (see there)."""
+        return resolve_inside(base_dir, self.csv)
 
 
 def _audience_kind(value: object) -> str | None:
@@ -409,7 +410,7 @@ class CampaignSpec(BaseModel):
     def _check_name(cls, value: str) -> str:
         if not CAMPAIGN_NAME_PATTERN.fullmatch(value):
             raise Invalid(
-                f"invalid campaign name {value!r}",
+                f"invalid campaign name {excerpt(value)}",
                 "use lower-case letters, digits, '.', '-' and '_', starting with a letter or"
                 " digit, at most 128 characters",
             )
@@ -473,7 +474,7 @@ def _translate(error: ErrorDetails) -> tuple[YamlPath, YamlPath, str, str | None
     if kind == "extra_forbidden":
         valid = _valid_keys(error["loc"][:-1])
         hint = closest_key_hint(path[-1], valid) if valid else None
-        return path, path[:-1], f"unknown key {path[-1]!r}", hint
+        return path, path[:-1], f"unknown key {excerpt(path[-1])}", hint
     if kind == "missing":
         return path[:-1], path[:-1], f"missing required key {path[-1]!r}", None
     if kind == "step_channel":
@@ -541,6 +542,7 @@ class LoadedCampaign:
     source: bytes  # the exact file bytes
     spec_hash: str  # see campaign_hash()
     lines: YamlLines = field(default_factory=YamlLines, repr=False, compare=False)
+    file: str = ""  # the YAML file as the operator named it: errors say this, not `path`
 
     def line_of(self, field_path: str) -> int | None:
         """The YAML line of e.g. 'steps[1].after' ('from' or 'sender'); None if not in the file.
@@ -553,8 +555,13 @@ class LoadedCampaign:
         return self.lines.line_of(path)
 
     def resolve(self, relative: str) -> Path:
-        """A path written in the YAML, resolved against the YAML's folder."""
-        return (self.base_dir / relative).resolve()
+        """A path written in the YAML, resolved inside the YAML's folder (the shared resolver;
+        raises templates.files.FileRefused)."""
+        return resolve_inside(self.base_dir, relative)
+
+    def shown(self, relative: str) -> str:
+        """A path written in the YAML, as an operator finds it (for error messages)."""
+        return shown_path(self.file, relative)
 
     def template_path(self, step: StepSpec) -> Path | None:
         return None if step.template is None else self.resolve(step.template)
@@ -596,75 +603,6 @@ def _top_level_mapping(data: object, file: str) -> dict[Any, Any]:
     )
 
 
-def _file_digest(path: Path) -> str:
-    """sha256 of a file, read in chunks: audience files can be large."""
-    with path.open("rb") as stream:
-        return hashlib.file_digest(stream, "sha256").hexdigest()
-
-
-def _template_digests(
-    spec: CampaignSpec, base_dir: Path, lines: YamlLines, file: str
-) -> list[tuple[str, str]]:
-    digests: list[tuple[str, str]] = []
-    problems: list[CampaignError] = []
-    for index, step in enumerate(spec.steps):
-        if not isinstance(step, StepSpec) or step.template is None:
-            continue
-        path = (base_dir / step.template).resolve()
-        try:
-            if not path.is_file():
-                raise FileNotFoundError(0, "not a file" if path.exists() else "no such file")
-            digests.append((step.template, _file_digest(path)))
-        except OSError as error:
-            where = ("steps", index, "template")
-            problems.append(
-                SpecError(
-                    f"cannot read template file {str(path)!r}: {error.strerror or error}",
-                    file=file,
-                    line=lines.nearest_line(where),
-                    field=format_path(where),
-                )
-            )
-    if problems:
-        raise SpecError.from_problems(problems, file=file)
-    return digests
-
-
-def _audience_digests(
-    spec: CampaignSpec, base_dir: Path, lines: YamlLines, file: str
-) -> list[tuple[str, str]]:
-    audience = spec.audience
-    if not isinstance(audience, CsvAudience):
-        return []  # an inline audience is part of the YAML bytes already
-    path = audience.resolve(base_dir)
-    try:
-        if not path.is_file():
-            raise FileNotFoundError(0, "not a file" if path.exists() else "no such file")
-        return [(audience.csv, _file_digest(path))]
-    except OSError as error:
-        raise AudienceError(
-            f"cannot read audience CSV file {str(path)!r}: {error.strerror or error}",
-            file=file,
-            line=lines.nearest_line(("audience",)),
-            field="audience",
-        ) from None
-
-
-def campaign_hash(
-    source: bytes, templates: list[tuple[str, str]], audience: list[tuple[str, str]]
-) -> str:
-    """sha256 over a manifest of the YAML bytes and every file it references.
-
-    Each file is hashed on its own (streaming), and the manifest lists those digests with the
-    paths as written in the YAML, one per line, JSON-quoted so no path can forge a line. So an
-    edit of a template or of the CSV changes the hash, while moving the whole folder does not.
-    """
-    manifest = [_HASH_FORMAT, f"campaign {hashlib.sha256(source).hexdigest()}"]
-    manifest += [f"template {json.dumps(ref)} {digest}" for ref, digest in templates]
-    manifest += [f"audience {json.dumps(ref)} {digest}" for ref, digest in audience]
-    return hashlib.sha256("\n".join(manifest).encode("utf-8")).hexdigest()
-
-
 def _sort_key(problem: CampaignError) -> tuple[int, int]:
     return (0, problem.line) if problem.line is not None else (1, 0)
 
@@ -701,8 +639,17 @@ def load_campaign(path: Path) -> LoadedCampaign:
         raise SpecError.from_problems(sorted(problems, key=_sort_key), file=file)
     resolved = path.resolve()
     base_dir = resolved.parent
-    templates = _template_digests(spec, base_dir, document.lines, file)
-    audience = _audience_digests(spec, base_dir, document.lines, file)
+    named = [
+        (index, step.template)
+        for index, step in enumerate(spec.steps)
+        if isinstance(step, StepSpec) and step.template is not None
+    ]
+    templates = template_digests(named, base_dir, document.lines, file)
+    audience = (
+        [audience_digest(spec.audience.csv, base_dir, document.lines, file)]
+        if isinstance(spec.audience, CsvAudience)
+        else []  # an inline audience is part of the YAML bytes already
+    )
     return LoadedCampaign(
         spec=spec,
         path=resolved,
@@ -710,4 +657,5 @@ def load_campaign(path: Path) -> LoadedCampaign:
         source=source,
         spec_hash=campaign_hash(source, templates, audience),
         lines=document.lines,
+        file=file,
     )

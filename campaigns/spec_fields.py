@@ -11,11 +11,13 @@ import difflib
 import re
 from collections.abc import Mapping
 from datetime import date, timedelta
+from pathlib import PurePath
 from typing import Annotated
 
 from pydantic import BeforeValidator, PlainSerializer
 
 from campaigns.durations import DURATION_HINT, format_duration, parse_duration
+from campaigns.errors import excerpt
 from dispatch.egress import EgressDenied, check_url_syntax
 from dispatch.request_headers import HeaderError, check_headers
 
@@ -44,11 +46,20 @@ def reject_line_breaks(value: str, what: str, hint: str | None = None) -> None:
         raise Invalid(f"header injection: line break in {what}", hint)
 
 
+FOLDER_HINT = "a campaign may only read files inside its own folder"
+
+
 def check_relative_file(value: str, what: str) -> str:
+    """What can be seen without the file system; templates.files decides the rest (symlinks)."""
     if not value.strip():
         raise Invalid(f"{what} is empty")
-    if any(ord(char) < 0x20 for char in value):
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
         raise Invalid(f"{what} contains a control character")
+    path = PurePath(value)
+    if path.is_absolute() or value.startswith("~"):
+        raise Invalid(f"{what} {excerpt(value)} is absolute", FOLDER_HINT)
+    if ".." in path.parts:
+        raise Invalid(f"{what} {excerpt(value)} leaves the campaign folder ('..')", FOLDER_HINT)
     return value
 
 
@@ -62,7 +73,7 @@ def describe(value: object) -> str:
     if isinstance(value, date):
         return f"the date {value.isoformat()}"
     if isinstance(value, str):
-        return repr(value)
+        return excerpt(value)
     if isinstance(value, (list, tuple)):
         return "a list"
     if isinstance(value, Mapping):
@@ -101,14 +112,17 @@ Delay = Annotated[
 def check_step_id(value: str) -> str:
     if not STEP_ID_PATTERN.fullmatch(value):
         raise Invalid(
-            f"invalid step id {value!r}",
+            f"invalid step id {excerpt(value)}",
             "use lower-case letters, digits, '-' and '_', starting with a letter or digit,"
             " at most 64 characters",
         )
     return value
 
 
-ENV_REFERENCE_HINT = "header values may name environment variables as ${NAME}; $$ is a literal $"
+ENV_REFERENCE_HINT = (
+    "header values may name environment variables as ${NAME} (HERALD_SECRET_* or listed in"
+    " HERALD_SECRET_VARS); $$ is a literal $"
+)
 
 
 def check_url_field(value: str) -> str:
@@ -118,10 +132,10 @@ def check_url_field(value: str) -> str:
     except EgressDenied as error:
         hint = None
         if error.rule == "userinfo not allowed":
-            hint = 'put credentials in headers, e.g. Authorization: "Bearer ${TOKEN}"'
+            hint = 'put credentials in headers, e.g. Authorization: "Bearer ${HERALD_SECRET_TOKEN}"'
         elif error.rule.startswith("scheme not allowed"):
             hint = "use an https:// URL"
-        raise Invalid(f"invalid url {value!r}: {error.rule}", hint) from None
+        raise Invalid(f"invalid url {excerpt(value, 200)}: {error.rule}", hint) from None
     return value
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
+from campaigns.errors import excerpt
 from campaigns.spec_fields import (
     Delay,
     Invalid,
@@ -91,7 +92,7 @@ class WebhookStepSpec(BaseModel):
         if value.upper() not in WEBHOOK_METHODS:
             raise Invalid(
                 f"method must be {', '.join(WEBHOOK_METHODS[:-1])} or {WEBHOOK_METHODS[-1]},"
-                f" got {value!r}"
+                f" got {excerpt(value)}"
             )
         return value.upper()
 
@@ -111,7 +112,8 @@ class UrlAudience(BaseModel):
 
     `format` is csv, json (a top-level array of objects) or ndjson (one object per line); when
     left out it is inferred from the URL's extension, then from the response's Content-Type.
-    `headers` may reference environment variables (`${CRM_TOKEN}`), resolved at fetch time.
+    `headers` may reference exposed environment variables (`${HERALD_SECRET_CRM_TOKEN}`),
+    resolved at fetch time.
     With `strict` (the default) a single invalid row stops the launch; without it the valid rows
     are launched and the invalid ones recorded. The fetched list is snapshotted with the
     occurrence, so the campaign's hash covers the YAML, not the remote content.

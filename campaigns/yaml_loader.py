@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from campaigns.errors import SpecError
+from campaigns.errors import SpecError, excerpt
 
 YamlPath = tuple[str | int, ...]
 
@@ -143,7 +143,7 @@ class LineRecordingLoader(yaml.SafeLoader):
             key = self.construct_object(key_node)
             if key in seen:
                 raise SpecError(
-                    f"duplicate key {key!r} (first defined on line {seen[key]})",
+                    f"duplicate key {excerpt(key)} (first defined on line {seen[key]})",
                     file=self.file,
                     line=_line(key_node),
                     hint="YAML keeps only one of them; delete or rename the other",
@@ -163,10 +163,10 @@ def _line(node: Node) -> int:
 def _yaml_syntax_error(error: yaml.YAMLError, text: str, file: str) -> SpecError:
     if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
         mark = error.problem_mark
-        message = f"invalid YAML at column {mark.column + 1}: {error.problem}"
+        message = f"invalid YAML at column {mark.column + 1}: {_bounded(error.problem)}"
         if error.context and error.context_mark is not None:
             context = error.context_mark
-            message += f" ({error.context} at line {context.line + 1})"
+            message += f" ({_bounded(error.context)} at line {context.line + 1})"
         hint = None
         if "'\\t'" in str(error.problem):  # PyYAML shows the tab escaped: '\t'
             hint = "indent YAML with spaces, not tabs"
@@ -180,7 +180,13 @@ def _yaml_syntax_error(error: yaml.YAMLError, text: str, file: str) -> SpecError
             file=file,
             line=line,
         )
-    return SpecError(f"invalid YAML: {error}", file=file)
+    return SpecError(f"invalid YAML: {_bounded(str(error))}", file=file)
+
+
+def _bounded(text: str | None, limit: int = 160) -> str:
+    """PyYAML's own wording, which quotes (repr) what it found: cut so it quotes little."""
+    text = " ".join((text or "").split())
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def load_yaml(text: str, *, file: str) -> YamlDocument:

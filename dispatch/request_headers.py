@@ -1,9 +1,15 @@
 """HTTP request headers written by campaign authors, and the ``${ENV}`` references in them.
 
-A header value may name environment variables, e.g. ``Authorization: "Bearer ${CRM_TOKEN}"``.
+A header value may name environment variables, e.g. ``Authorization: "Bearer ${HERALD_SECRET_X}"``.
 The reference is what gets stored (in the campaign spec and in a webhook job's payload); the
 value is looked up only by the process that sends the request, at the moment it sends it, so a
 secret never reaches the database or a log line.
+
+Only variables the operator exposes to campaigns can be named, so a campaign cannot send, say,
+``${HERALD_SMTP_URL}`` (with its password) to a receiver of its choosing: a name starting with
+``HERALD_SECRET_``, or one listed in ``HERALD_SECRET_VARS=NAME1,NAME2`` (Herald's own other
+``HERALD_*`` settings can never be listed). Anything else is refused where the campaign is
+checked, and again by the process that would resolve it.
 
 Syntax: ``${NAME}`` with NAME made of letters, digits and ``_``, not starting with a digit;
 ``$$`` is a literal ``$``; any other ``$`` is itself. A ``${`` that does not form a reference is
@@ -45,12 +51,52 @@ class HeaderError(ValueError):
     """A header that cannot be sent as written."""
 
 
+SECRET_PREFIX: Final = "HERALD_SECRET_"
+SECRET_LIST_VARIABLE: Final = "HERALD_SECRET_VARS"
+EXPOSE_HINT: Final = (
+    f"only variables named {SECRET_PREFIX}* or listed in {SECRET_LIST_VARIABLE}=NAME1,NAME2"
+    " can be used in headers"
+)
+
+
 class MissingVariable(LookupError):
     """A ``${NAME}`` reference whose variable is not set in this process's environment."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"environment variable {name} is not set")
+    def __init__(self, name: str, message: str | None = None) -> None:
+        super().__init__(message or f"environment variable {name} is not set")
         self.name = name
+
+
+class UnexposedVariable(MissingVariable):
+    """A ``${NAME}`` reference to a variable the operator has not exposed to campaigns."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            name, f"environment variable {name} is not exposed to campaigns ({EXPOSE_HINT})"
+        )
+
+
+def is_exposed(name: str, environ: Mapping[str, str]) -> bool:
+    """May a campaign's header name this variable? See the module docstring."""
+    if name.startswith(SECRET_PREFIX) and len(name) > len(SECRET_PREFIX):
+        return True
+    if name.startswith("HERALD_"):
+        return False  # Herald's own settings (database and SMTP URLs) are never exposed
+    listed = environ.get(SECRET_LIST_VARIABLE, "")
+    return name in {item.strip() for item in listed.split(",")}
+
+
+def unexposed_variables(
+    headers: Mapping[str, str], environ: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """(header, variable) for each reference to a variable that is not exposed, in order
+    (raises HeaderError on bad syntax)."""
+    return [
+        (name, variable)
+        for name, value in headers.items()
+        for variable in variables_in(value)
+        if not is_exposed(variable, environ)
+    ]
 
 
 def _tokens(value: str) -> Iterator[tuple[str, str]]:
@@ -103,7 +149,8 @@ def check_headers(headers: Mapping[str, str]) -> None:
 def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """The headers with every reference replaced by its variable's value.
 
-    Raises MissingVariable for an unset variable, HeaderError for bad syntax or a value that
+    Raises UnexposedVariable (a MissingVariable) for a variable not exposed to campaigns,
+    MissingVariable for an unset one, HeaderError for bad syntax or a value that
     would break the header (a line break in the variable's value).
     """
     resolved: dict[str, str] = {}
@@ -113,6 +160,8 @@ def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> d
             if kind == "text":
                 parts.append(piece)
                 continue
+            if not is_exposed(piece, environ):
+                raise UnexposedVariable(piece)
             if piece not in environ:
                 raise MissingVariable(piece)
             parts.append(environ[piece])

@@ -24,7 +24,6 @@ from typing import Annotated, Final
 
 import typer
 from pydantic import ValidationError
-from rich.markup import escape
 
 from campaigns.audience import Recipient, RowProblem, iter_audience, iter_data_file
 from campaigns.audience_formats import FORMATS, Format
@@ -32,6 +31,7 @@ from campaigns.audience_url import AudienceUnavailable, format_from_path, open_u
 from campaigns.spec import UrlAudience, load_campaign
 from herald.cli import JsonFlag, app, err, errors_mapped, fail, out
 from herald.errors import HeraldError, UsageError
+from herald.output import styled
 
 audience_app = typer.Typer(help="Audience sources.", no_args_is_help=True)
 app.add_typer(audience_app, name="audience")
@@ -177,7 +177,7 @@ def _print(report: AudienceReport, as_json: bool) -> None:
         out.print_json(json.dumps(report.as_dict()))
         return
     for where, error in report.problems:
-        err.print(f"[red]{escape(where)}: {escape(error)}[/]", markup=True)
+        err.print(styled(f"{where}: {error}", "red"))
     if report.invalid > len(report.problems):
         err.print(f"… and {report.invalid - len(report.problems)} more")
     kind = f" ({report.format})" if report.format else ""

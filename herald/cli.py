@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,6 +31,9 @@ from dispatch.worker import Worker, WorkerConfig
 from herald import status as status_view
 from herald.db import create_engine
 from herald.errors import ConfigError, DatabaseError, HeraldError, UsageError
+from herald.output import err as err  # re-exported: the subcommand modules print with them
+from herald.output import out as out
+from herald.output import styled, visible
 from herald.schema import ensure_schema, upgrade
 from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from herald.transports import build_transports
@@ -48,10 +50,6 @@ app = typer.Typer(
 )
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
-
-# Tables stay readable when piped (rich would otherwise assume 80 columns).
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DatabaseUrl = Annotated[
     str,
@@ -75,7 +73,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", markup=True)
+    err.print(styled("error:", "bold red"), message)
     if hint:
         err.print(f"  hint: {hint}")
     raise typer.Exit(code)
@@ -89,7 +87,7 @@ def errors_mapped() -> Iterator[None]:
     except SpecError as exc:
         if exc.problems:
             for problem in exc.problems:
-                err.print(f"[red]{problem}[/]", markup=True)
+                err.print(styled(str(problem), "red"))
             fail(f"{len(exc.problems)} problem(s) in the campaign file", code=2)
         fail(str(exc), code=2)
     except AudienceUnavailable as exc:  # the network, not the file: may pass on a retry
@@ -153,14 +151,20 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
             "rejected_rows": report.rejected,
             "problem_count": report.problem_count,
             "problems": [
-                {"where": p.where, "step": p.step, "error": p.error} for p in report.problems
+                {
+                    "where": p.where,
+                    "step": p.step,
+                    "error": p.error,
+                    "file": p.file,
+                    "field": p.field,
+                }
+                for p in report.problems
             ],
         }
         out.print_json(json.dumps(payload))
         return
     for p in report.problems:
-        step = f" step {p.step}:" if p.step and p.where != f"step {p.step}" else ""
-        err.print(f"[red]{p.where}:{step} {p.error}[/]", markup=True)
+        err.print(styled(str(p), "red"))
     if report.problem_count > len(report.problems):
         err.print(f"… and {report.problem_count - len(report.problems)} more")
     if report.duplicates:
@@ -173,9 +177,9 @@ def _print_rejects(report: CheckReport) -> None:
     """Rows a ``strict: false`` audience rejected: skipped on purpose, still shown."""
     if not report.rejected:
         return
-    err.print(f"[yellow]{report.rejected} audience row(s) rejected and skipped:[/]", markup=True)
+    err.print(styled(f"{report.rejected} audience row(s) rejected and skipped:", "yellow"))
     for p in report.rejects[:20]:
-        err.print(f"  {p.where}: {p.error}", markup=False)
+        err.print(f"  {p}")
     if report.rejected > 20:
         err.print(f"  … and {report.rejected - 20} more")
 
@@ -340,7 +344,7 @@ def worker(
             email.on_data_written = lambda: points.hit("after_data_write")
         the_worker = Worker(engine, transports, config, crash_points=crash_points)
         if os.environ.get(UNGUARDED_ENV) == "1":
-            err.print("[bold red]TEST MODE: T4 guards are OFF; duplicates are possible[/]")
+            err.print(styled("TEST MODE: T4 guards are OFF; duplicates are possible", "bold red"))
             the_worker.committer.unguarded_t4 = unguarded_start_sends
         report = asyncio.run(_run_worker(the_worker))
         if as_json:
@@ -447,7 +451,7 @@ def sink(
             )
 
         def echo(line: str) -> None:
-            print(line, flush=True)
+            print(visible(line), flush=True)  # the sink shows what any client sent
 
         try:
             serve_sink_forever(maildir, host=host, port=port, echo=echo, on_ready=ready)

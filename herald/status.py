@@ -14,13 +14,16 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy.engine import Engine
 
 from campaigns.store import CampaignStore
 from dispatch.states import State
 from dispatch.store import OutboxStore
+from herald.output import styled
 
 STATES = [s.value for s in State]
+_ALARM_STYLES = {"in_doubt": "bold yellow", "failed": "bold red"}
 
 
 def _zero() -> dict[str, int]:
@@ -72,16 +75,17 @@ def collect(engine: Engine, campaign: str | None = None) -> dict[str, Any]:
 
 
 def render(console: Console, snapshot: dict[str, Any]) -> None:
+    # Colour only on Herald's own words (styled); names and steps are printed as plain text,
+    # which herald.output's consoles never interpret.
     if snapshot["in_doubt"]:
         console.print(
-            f"[bold yellow]⚠ {snapshot['in_doubt']} message(s) IN DOUBT[/] — may or may not have "
-            "been delivered; see `herald in-doubt list`",
-            markup=True,
+            styled(f"⚠ {snapshot['in_doubt']} message(s) IN DOUBT", "bold yellow"),
+            "— may or may not have been delivered; see `herald in-doubt list`",
         )
     if snapshot["failed"]:
         console.print(
-            f"[bold red]✗ {snapshot['failed']} message(s) FAILED[/] — see `herald dead list`",
-            markup=True,
+            styled(f"✗ {snapshot['failed']} message(s) FAILED", "bold red"),
+            "— see `herald dead list`",
         )
     if not snapshot["campaigns"]:
         console.print("no campaigns yet: `herald launch FILE` starts one")
@@ -95,15 +99,14 @@ def render(console: Console, snapshot: dict[str, Any]) -> None:
         table.add_column(state.replace("_", " "), justify="right")
     for doc in snapshot["campaigns"]:
         for index, step in enumerate(doc["steps"] or [{"step": "-", "counts": _zero()}]):
-            cells = [doc["name"] if index == 0 else "", doc["status"] if index == 0 else ""]
-            cells.append(step["step"])
+            cells: list[str | Text] = [
+                doc["name"] if index == 0 else "",
+                doc["status"] if index == 0 else "",
+                step["step"],
+            ]
             for state in shown:
                 n = step["counts"][state]
-                text = str(n)
-                if n and state == "in_doubt":
-                    text = f"[bold yellow]{n}[/]"
-                elif n and state == "failed":
-                    text = f"[bold red]{n}[/]"
-                cells.append(text)
+                style = _ALARM_STYLES.get(state) if n else None
+                cells.append(styled(str(n), style) if style else str(n))
             table.add_row(*cells)
     console.print(table)

@@ -26,6 +26,8 @@ from sqlalchemy.engine import Engine
 from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from dispatch.egress import EgressDenied, EgressPolicy, check_url
+from scheduler.check_places import SpecPlaces
+from scheduler.check_places import check_header_variables as _check_header_variables
 from scheduler.compose import (
     CompiledStep,
     CompiledWebhook,
@@ -46,9 +48,33 @@ MAX_LISTED_PROBLEMS = 1000  # beyond this we count, so a broken 1M-row file stay
 
 @dataclass(frozen=True)
 class Problem:
+    """One failure, located: ``file`` is where ``where`` points (the audience's data file or
+    URL for a row, the campaign file for a step); ``field`` names the campaign key at fault
+    (``steps[0].subject``) and ``spec_at`` its place (``campaign.yaml:12``) when a template
+    or setting of the campaign is involved."""
+
     where: str  # "line 12 (bob@example.com)", "element 3" or "step welcome"
     step: str | None
     error: str
+    file: str | None = None
+    field: str | None = None
+    spec_at: str | None = None
+
+    def __str__(self) -> str:
+        """Compiler-style: the campaign's place for a problem of the campaign itself
+        (``campaign.yaml:8: steps[0].subject: step welcome: ...``), the data's place for a
+        row, with the template's place after it (``people.csv: line 3: step welcome:
+        steps[0].subject (campaign.yaml:8): ...``)."""
+        of_the_spec = self.step is not None and self.where == f"step {self.step}"
+        if (of_the_spec or self.where == "audience") and self.spec_at:
+            parts = [self.spec_at, self.field, self.where]
+        else:
+            parts = [self.file, self.where]
+            if self.step:
+                parts.append(f"step {self.step}")
+            if self.field:
+                parts.append(f"{self.field} ({self.spec_at})" if self.spec_at else self.field)
+        return ": ".join([part for part in parts if part] + [self.error])
 
 
 @dataclass
@@ -89,20 +115,26 @@ def check_campaign(
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
     size — the outbox's unique key makes a duplicate address a no-op anyway."""
     report = CheckReport()
+    env = os.environ if environ is None else environ
+    places = SpecPlaces(loaded)
+    _check_header_variables(places, report, env)
+    if not report.ok:
+        return report  # before any request is made with those headers
     try:
         steps = compile_steps(loaded)
     except CompileFailures as exc:
         for failure in exc.failures:
-            report.add(Problem(f"step {failure.step}", failure.step, str(failure.error)))
+            report.add(places.step_problem(failure.step, failure.error))
         return report
-    _check_webhook_urls(steps, report, os.environ if environ is None else environ)
+    _check_webhook_urls(steps, places, report, env)
     source = url_audience(loaded)
+    data_file = places.data_file()
     strict = source is None or source.strict
     # 16-byte digests: memory per recipient stays small for the duplicate check.
     seen: set[bytes] = set()
     for item in _audience(loaded, occurrence_at, engine):
         if isinstance(item, RowProblem):
-            problem = Problem(item.where, None, item.reason)
+            problem = Problem(item.where, None, item.reason, file=data_file)
             if strict:
                 report.add(problem)
             else:
@@ -119,13 +151,23 @@ def check_campaign(
             try:
                 compose_job(loaded, step, item, occurrence_at)
             except TemplateError as exc:
-                report.add(Problem(f"{item.where} ({item.email})", step.spec.id, str(exc)))
+                where = f"{item.where} ({item.email})"
+                report.add(places.step_problem(step.spec.id, exc, where=where, file=data_file))
                 continue
             report.messages += 1
         if progress is not None:
             progress(1)
     if report.recipients == 0 and report.problem_count == 0:
-        report.add(Problem("audience", None, "the audience is empty: nobody would be sent to"))
+        report.add(
+            Problem(
+                "audience",
+                None,
+                "the audience is empty: nobody would be sent to",
+                file=data_file,
+                field="audience",
+                spec_at=places.at(("audience",)),
+            )
+        )
     if engine is not None and source is not None and not report.ok:
         # Refused: a fixed source must be fetched afresh, not read back from this snapshot.
         discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)
@@ -141,7 +183,7 @@ def _audience(
 
 
 def _check_webhook_urls(
-    steps: list[CompiledStep], report: CheckReport, environ: Mapping[str, str]
+    steps: list[CompiledStep], places: SpecPlaces, report: CheckReport, environ: Mapping[str, str]
 ) -> None:
     webhooks = [step for step in steps if isinstance(step, CompiledWebhook)]
     if not webhooks:
@@ -149,10 +191,10 @@ def _check_webhook_urls(
     try:
         policy = EgressPolicy.from_env(environ)
     except ValueError as exc:
-        report.add(Problem("environment", None, f"invalid egress setting: {exc}"))
+        report.add(Problem("environment", None, f"invalid egress setting: {exc}", file=places.file))
         return
     for step in webhooks:
         try:
             check_url(step.spec.url, policy)
         except EgressDenied as exc:
-            report.add(Problem(f"step {step.spec.id}", step.spec.id, str(exc)))
+            report.add(places.problem(step.spec.id, "url", str(exc)))

@@ -40,6 +40,7 @@ from jinja2.exceptions import (
 from jinja2.utils import missing, object_type_repr
 
 from templates.errors import TemplateError
+from templates.files import FileRefused, read_text_inside
 from templates.html_to_text import html_to_text
 from templates.limits import RenderLimitError, RenderLimits
 from templates.sandbox import HeraldSandbox, finalize, render_bounded
@@ -239,7 +240,6 @@ class _HeraldLoader(BaseLoader):
 
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
-        self._campaign = FileSystemLoader(base_dir)
         self._layouts = FileSystemLoader(LAYOUTS_DIR)
         # Rendering errors point at a file by its path; operators know it by its name.
         self.names_by_filename: dict[str, str] = {}
@@ -252,8 +252,9 @@ class _HeraldLoader(BaseLoader):
                 environment, template[len(LAYOUT_PREFIX) :]
             )
         else:
-            # FileSystemLoader already refuses "..", but follows symlinks: check the real path.
-            source, filename, uptodate = self._campaign.get_source(environment, template)
+            # The shared resolver: confined, regular files only, checked before reading.
+            source, filename = _campaign_source(self.base_dir, template)
+            uptodate = _always_current
             if not _is_inside(filename, self.base_dir):
                 raise TemplateNotFound(template)
         if filename is not None:
@@ -393,6 +394,23 @@ def _innermost_template_line(
             found = (loader.names_by_filename[filename], traceback.tb_lineno)
         traceback = traceback.tb_next
     return found
+
+
+MAX_TEMPLATE_BYTES = 16 * 1024 * 1024
+
+
+def _campaign_source(base_dir: Path, name: str) -> tuple[str, str]:
+    try:
+        return read_text_inside(base_dir, name, max_bytes=MAX_TEMPLATE_BYTES)
+    except FileRefused as exc:
+        if exc.reason == "no such file" or exc.outside:
+            # As Jinja's own loaders do: the message then says where templates may live.
+            raise TemplateNotFound(name) from None
+        raise
+
+
+def _always_current() -> bool:
+    return True  # an environment lives for one command; files are hashed at load anyway
 
 
 def _is_inside(filename: str | None, directory: Path) -> bool:

@@ -346,13 +346,15 @@ def test_header_secrets_come_from_the_environment_and_are_never_stored(
 ) -> None:
     with LocalHTTPServer({"/list.csv": csv_reply(2)}) as server:
         allow_local(server)
-        headers = ', headers: {Authorization: "Bearer ${CRM_TOKEN}", X-Tenant: acme}'
+        headers = ', headers: {Authorization: "Bearer ${HERALD_SECRET_CRM_TOKEN}", X-Tenant: acme}'
         loaded = url_campaign(tmp_path, server.url("/list.csv"), headers)
-        monkeypatch.delenv("CRM_TOKEN", raising=False)
-        with pytest.raises(AudienceError, match="environment variable CRM_TOKEN is not set"):
+        monkeypatch.delenv("HERALD_SECRET_CRM_TOKEN", raising=False)
+        with pytest.raises(
+            AudienceError, match="environment variable HERALD_SECRET_CRM_TOKEN is not set"
+        ):
             list(iter_audience(loaded))
         assert server.requests == []
-        monkeypatch.setenv("CRM_TOKEN", "s3cr3t-t0ken")
+        monkeypatch.setenv("HERALD_SECRET_CRM_TOKEN", "s3cr3t-t0ken")
         launch(engine, loaded)
     (seen,) = server.requests
     assert seen.headers["authorization"] == "Bearer s3cr3t-t0ken"
@@ -365,7 +367,7 @@ def test_header_secrets_come_from_the_environment_and_are_never_stored(
             for value in row
         ]
     assert not any("s3cr3t" in value for value in stored)
-    assert any("${CRM_TOKEN}" in value for value in stored)  # the spec, as written
+    assert any("${HERALD_SECRET_CRM_TOKEN}" in value for value in stored)  # the spec, as written
 
 
 @pytest.mark.parametrize(

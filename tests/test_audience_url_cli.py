@@ -83,7 +83,7 @@ def test_check_a_denied_url_exits_2_without_contacting_it(
 def test_check_needs_a_format_it_cannot_infer(server: LocalHTTPServer) -> None:
     unknown = herald("audience", "check", server.url("/export"))
     assert unknown.exit_code == 2, unknown.output
-    assert "cannot tell the audience's format (Content-Type: text/plain)" in unknown.output
+    assert "cannot tell the audience's format (Content-Type: 'text/plain')" in unknown.output
     given = herald("audience", "check", server.url("/export"), "--format", "csv")
     assert given.exit_code == 0, given.output
     by_type = herald("audience", "check", server.url("/stream"))
@@ -100,9 +100,13 @@ def test_check_a_temporary_failure_exits_1(server: LocalHTTPServer) -> None:
 def test_check_sends_headers_with_environment_references(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("CRM_TOKEN", "t0k3n")
+    monkeypatch.setenv("HERALD_SECRET_CRM_TOKEN", "t0k3n")
     result = herald(
-        "audience", "check", server.url("/good.csv"), "-H", "Authorization: Bearer ${CRM_TOKEN}"
+        "audience",
+        "check",
+        server.url("/good.csv"),
+        "-H",
+        "Authorization: Bearer ${HERALD_SECRET_CRM_TOKEN}",
     )
     assert result.exit_code == 0, result.output
     assert server.requests[0].headers["authorization"] == "Bearer t0k3n"

@@ -59,7 +59,7 @@ def test_variables_in(value: str, names: list[str]) -> None:
         ("${}", "invalid environment variable reference ${}"),
         ("${9X}", "invalid environment variable reference ${9X}"),
         ("${A-B}", "invalid environment variable reference ${A-B}"),
-        ("Bearer ${TOKEN", "unclosed ${"),
+        ("Bearer ${HERALD_SECRET_TOKEN", "unclosed ${"),
     ],
 )
 def test_bad_references_are_refused(value: str, error: str) -> None:
@@ -68,13 +68,18 @@ def test_bad_references_are_refused(value: str, error: str) -> None:
 
 
 def test_resolution_happens_late_and_names_no_secret() -> None:
-    headers = {"Authorization": "Bearer ${TOKEN}", "X-Price": "$$${AMOUNT}"}
-    resolved = resolve_headers(headers, {"TOKEN": "t0k", "AMOUNT": "5"})
+    headers = {"Authorization": "Bearer ${HERALD_SECRET_TOKEN}", "X-Price": "$$${AMOUNT}"}
+    listed = {"HERALD_SECRET_VARS": "OTHER, AMOUNT"}  # the explicit list, besides the prefix
+    resolved = resolve_headers(headers, {"HERALD_SECRET_TOKEN": "t0k", "AMOUNT": "5", **listed})
     assert resolved == {"Authorization": "Bearer t0k", "X-Price": "$5"}
-    with pytest.raises(MissingVariable, match="environment variable TOKEN is not set"):
-        resolve_headers(headers, {"AMOUNT": "5"})
+    with pytest.raises(
+        MissingVariable, match="environment variable HERALD_SECRET_TOKEN is not set"
+    ):
+        resolve_headers(headers, {"AMOUNT": "5", **listed})
     with pytest.raises(HeaderError) as caught:
-        resolve_headers(headers, {"TOKEN": "evil\r\nX-Injected: 1", "AMOUNT": "5"})
+        resolve_headers(
+            headers, {"HERALD_SECRET_TOKEN": "evil\r\nX-Injected: 1", "AMOUNT": "5", **listed}
+        )
     assert "evil" not in str(caught.value)
     assert secret_header_names(headers) == {"authorization", "x-price"}
 
@@ -173,12 +178,15 @@ def test_prepare_outcomes_before_anything_is_sent() -> None:
         {"HERALD_EGRESS_ALLOW": "127.0.0.1/32", "HERALD_EGRESS_ALLOW_HTTP": "1"}
     )
     local = WebhookRequest(
-        url="http://127.0.0.1/hook", method="POST", body="{}", headers={"A": "${TOKEN}"}
+        url="http://127.0.0.1/hook",
+        method="POST",
+        body="{}",
+        headers={"A": "${HERALD_SECRET_TOKEN}"},
     )
     missing = prepare(WebhookTransport(policy, environ={}), local.to_payload())
     assert isinstance(missing, Outcome)
     assert missing.verdict is Verdict.RETRY
-    assert "environment variable TOKEN is not set" in missing.text
+    assert "environment variable HERALD_SECRET_TOKEN is not set" in missing.text
     metadata = WebhookRequest(url="http://169.254.169.254/latest", method="POST", body="{}")
     denied = prepare(WebhookTransport(policy, environ={}), metadata.to_payload())
     assert isinstance(denied, Outcome) and denied.verdict is Verdict.FAILED
@@ -200,7 +208,7 @@ steps:
   - id: crm
     channel: webhook
     url: "{url}"
-    headers: {{Authorization: "Bearer ${{TOKEN}}"}}
+    headers: {{Authorization: "Bearer ${{HERALD_SECRET_TOKEN}}"}}
     body: {{email: "{{{{ email }}}}", plan: "{{{{ plan }}}}"}}
     in_doubt: resend
 """
@@ -225,7 +233,7 @@ def test_compose_stores_the_rendered_body_and_unresolved_headers(tmp_path: Path)
     assert (job.channel, job.in_doubt_policy, job.recipient) == ("webhook", "resend", ann.email)
     assert job.sender == "news@acme.example"
     request = WebhookRequest.from_payload(job.payload)
-    assert request.headers == {"Authorization": "Bearer ${TOKEN}"}
+    assert request.headers == {"Authorization": "Bearer ${HERALD_SECRET_TOKEN}"}
     assert json.loads(request.body) == {"email": "ann@example.com", "plan": "gold"}
     assert (request.url, request.method) == ("https://hooks.example.com/in", "POST")
 

@@ -70,7 +70,7 @@ steps:
     channel: webhook
     url: "{url}"
     headers:
-      Authorization: "Bearer ${{HOOK_TOKEN}}"
+      Authorization: "Bearer ${{HERALD_SECRET_HOOK_TOKEN}}"
       X-Campaign: hooks
     body:
       event: welcome
@@ -110,7 +110,7 @@ def run_worker(
     smtp_host, smtp_port = (smtp.host, smtp.port) if smtp else ("127.0.0.1", 9)
     transports: dict[str, Transport] = {
         "email": SmtpTransport(SmtpConfig(smtp_host, smtp_port, command_timeout=10)),
-        "webhook": WebhookTransport(policy, environ={"HOOK_TOKEN": SECRET}),
+        "webhook": WebhookTransport(policy, environ={"HERALD_SECRET_HOOK_TOKEN": SECRET}),
     }
     worker = Worker(engine, transports, config or fast_config())
     return asyncio.run(worker.run())
@@ -173,7 +173,7 @@ def test_each_key_is_delivered_once_through_a_503_retry(
     # The secret never reached the database: the payload keeps the reference.
     for row in rows.values():
         payload = json.loads(row.payload)
-        assert payload["headers"]["Authorization"] == "Bearer ${HOOK_TOKEN}"
+        assert payload["headers"]["Authorization"] == "Bearer ${HERALD_SECRET_HOOK_TOKEN}"
         assert SECRET.encode() not in row.payload
     store = OutboxStore(engine.dialect.name)
     with engine.connect() as conn:
