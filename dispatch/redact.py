@@ -110,6 +110,14 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{shown}{hostport}{_redact_tail(remainder)}"
 
 
+def redact_setting(url: str) -> str:
+    """A URL *setting* as an error may show it: ``redact_url``, or nothing at all when it has no
+    ``scheme://`` (then nothing in it can be told apart from a password pasted by mistake)."""
+    if "://" not in url:
+        return "(a value without scheme://, not shown)"
+    return redact_url(url)
+
+
 def url_secrets(url: str) -> list[str]:
     """The credential values a URL carries (as written and decoded), for a ``Redactor``."""
     found: list[str] = []

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from dispatch.redact import Redactor, redact_url, smtp_auth_forms
+from dispatch.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
@@ -57,7 +57,7 @@ class SmtpConfig:
 
         Every error names the URL redacted (``redact_url``): a typo must not print the password.
         """
-        shown = redact_url(url)
+        shown = redact_setting(url)
         try:
             parts = urlsplit(url)
             port = parts.port

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from dispatch.redact import Redactor, redact_url, url_secrets
+from dispatch.redact import Redactor, redact_setting, url_secrets
 from dispatch.smtp import SmtpConfig, SmtpUrlError
 from herald.errors import ConfigError
 
@@ -67,7 +67,7 @@ def parse_smtp_url(url: str) -> SmtpConfig:
 def parse_database_url(url: str) -> sa.URL:
     """The database URL for SQLAlchemy (psycopg 3 for PostgreSQL), or ConfigError (exit 2)."""
     known_secrets.learn(url_secrets(url))
-    shown = redact_url(url)
+    shown = redact_setting(url)
     normalised = normalise_database_url(url)
     try:
         parsed = make_url(normalised)
