@@ -47,6 +47,7 @@ from dispatch.egress import (
     Resolver,
     open_blocking,
 )
+from dispatch.redact import redact_url
 from dispatch.request_headers import MissingVariable, resolve_headers, secret_header_names
 
 AUDIENCE_MAX_BYTES: Final = 1024 * 1024 * 1024
@@ -132,38 +133,41 @@ def open_url_audience(
     """
     env = os.environ if environ is None else environ
     url = source.url
+    shown = redact_url(url)  # errors and row locations name the URL without its credentials
     try:
         headers = resolve_headers(source.headers, env)
     except MissingVariable as error:
         raise AudienceError(
             f"cannot fetch the audience: {error}",
-            file=url,
+            file=shown,
             hint="set it in the environment of the command that fetches the audience",
         ) from None
     headers.setdefault("Accept", _ACCEPT[source.format])
     guard = audience_policy(env, source.headers) if policy is None else policy
     try:
         with open_blocking("GET", url, policy=guard, headers=headers, resolver=resolver) as body:
-            _check_status(body, url)
+            _check_status(body, shown)
             format = source.format or infer_format(body.url, body.headers.get("content-type"))
             if format is None:
                 found = excerpt(body.headers.get("content-type", "none"))
                 raise AudienceError(
                     f"cannot tell the audience's format (Content-Type: {found})",
-                    file=url,
+                    file=shown,
                     hint=FORMAT_HINT,
                 )
             yield FetchedAudience(
-                format, body.url, parse_stream(format, _text(body, format), source=url)
+                format, body.url, parse_stream(format, _text(body, format), source=shown)
             )
     except EgressDenied as error:
         raise AudienceError(
             f"audience URL refused by the egress policy: {error}",
-            file=url,
+            file=shown,
             hint="an operator can allow a private address or host with HERALD_EGRESS_ALLOW",
         ) from None
     except EgressError as error:
-        raise AudienceUnavailable(f"cannot fetch the audience: {error.reason}", file=url) from None
+        raise AudienceUnavailable(
+            f"cannot fetch the audience: {error.reason}", file=shown
+        ) from None
 
 
 def iter_url_audience(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dispatch.redact import redact_url
+
 
 class EgressDenied(Exception):
     """The policy refused the request; ``rule`` names the rule that fired.
@@ -17,10 +19,12 @@ class EgressDenied(Exception):
         self.rule = rule
         self.address = address
         self.location = location
-        target = url if address is None else f"{url} -> {address}"
+        # Messages show URLs redacted: they reach outcome texts, logs and the terminal.
+        shown = redact_url(url)
+        target = shown if address is None else f"{shown} -> {address}"
         message = f"egress denied: {target}: {rule}"
         if location is not None:
-            message += f" (Location: {location[:300]})"
+            message += f" (Location: {redact_url(location)[:300]})"
         super().__init__(message)
 
 
@@ -30,7 +34,7 @@ class EgressError(Exception):
     def __init__(self, *, url: str, reason: str) -> None:
         self.url = url
         self.reason = reason
-        super().__init__(f"egress failed: {url}: {reason}")
+        super().__init__(f"egress failed: {redact_url(url)}: {reason}")
 
 
 class EgressTimeout(EgressError):

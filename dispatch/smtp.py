@@ -11,6 +11,7 @@ be read as the answer to the next command.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from dispatch.transport import Envelope, Outcome, PreparedSend, Verdict
+from dispatch.redact import Redactor, redact_setting, smtp_auth_forms
+from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
 # RFC 5321 §4.5.3.2 asks clients to wait 10 minutes for the reply to the final dot. A shorter
@@ -26,8 +28,13 @@ COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
 DATA_TIMEOUT = 600.0
 
 
+OPTIONS = ("starttls", "timeout", "data_timeout", "verify", "insecure_auth")
+_TRUE = ("1", "true", "yes")
+_FALSE = ("0", "false", "no")
+
+
 class SmtpUrlError(ValueError):
-    """An SMTP URL that cannot be used."""
+    """An SMTP URL that cannot be used. The message never contains the URL's password."""
 
 
 @dataclass(frozen=True)
@@ -42,39 +49,85 @@ class SmtpConfig:
     data_timeout: float = DATA_TIMEOUT
     validate_certs: bool = True
 
+    insecure_auth: bool = False  # allow AUTH on a connection that is not encrypted
+
     @classmethod
     def from_url(cls, url: str) -> SmtpConfig:
-        """``smtp://host:1025``, ``smtps://user:pass@host:465``, ``smtp://host:587?starttls=true``."""
-        parts = urlsplit(url)
-        if parts.scheme not in ("smtp", "smtps"):
-            raise SmtpUrlError(f"SMTP URL must start with smtp:// or smtps://, got {url!r}")
-        if not parts.hostname:
-            raise SmtpUrlError(f"SMTP URL has no host: {url!r}")
-        query = {k: v[-1].lower() for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"starttls", "timeout", "data_timeout", "verify"}
-        if unknown:
-            raise SmtpUrlError(f"unknown SMTP URL option(s): {', '.join(sorted(unknown))}")
-        use_tls = parts.scheme == "smtps"
+        """``smtp://host:1025``, ``smtps://user:pass@host:465``, ``smtp://host:587?starttls=true``.
+
+        Every error names the URL redacted (``redact_url``): a typo must not print the password.
+        """
+        shown = redact_setting(url)
         try:
-            port = parts.port or (465 if use_tls else 25)
-            return cls(
-                host=parts.hostname,
-                port=port,
-                use_tls=use_tls,
-                starttls=query.get("starttls") in ("1", "true", "yes"),
-                username=unquote(parts.username) if parts.username else None,
-                password=unquote(parts.password) if parts.password else None,
-                command_timeout=float(query.get("timeout", COMMAND_TIMEOUT)),
-                data_timeout=float(query.get("data_timeout", DATA_TIMEOUT)),
-                validate_certs=query.get("verify", "true") not in ("0", "false", "no"),
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError:
+            raise SmtpUrlError(
+                f"invalid SMTP URL {shown}: the port must be a number from 0 to 65535"
+                " (percent-encode any /, ?, # or @ in the user name or password)"
+            ) from None
+        if parts.scheme not in ("smtp", "smtps"):
+            raise SmtpUrlError(f"SMTP URL must start with smtp:// or smtps://, got {shown}")
+        if not parts.hostname:
+            raise SmtpUrlError(f"SMTP URL has no host: {shown}")
+        query = {k: v[-1].lower() for k, v in parse_qs(parts.query).items()}
+        unknown = set(query) - set(OPTIONS)
+        if unknown:
+            raise SmtpUrlError(
+                f"unknown SMTP URL option(s) in {shown}: {', '.join(sorted(unknown))}"
+                f" (known: {', '.join(OPTIONS)})"
             )
-        except ValueError as exc:
-            raise SmtpUrlError(f"invalid SMTP URL {url!r}: {exc}") from exc
+        for flag in ("starttls", "verify", "insecure_auth"):
+            if flag in query and query[flag] not in _TRUE + _FALSE:
+                raise SmtpUrlError(f"SMTP URL option {flag} must be true or false in {shown}")
+        use_tls = parts.scheme == "smtps"
+        starttls = query.get("starttls") in _TRUE
+        if use_tls and starttls:
+            raise SmtpUrlError(f"starttls=true makes no sense with smtps:// (already TLS): {shown}")
+        try:
+            command_timeout = float(query.get("timeout", COMMAND_TIMEOUT))
+            data_timeout = float(query.get("data_timeout", DATA_TIMEOUT))
+        except ValueError:
+            raise SmtpUrlError(f"SMTP URL timeouts must be numbers of seconds: {shown}") from None
+        if not (command_timeout > 0 and data_timeout > 0):
+            raise SmtpUrlError(f"SMTP URL timeouts must be positive: {shown}")
+        return cls(
+            host=parts.hostname,
+            port=port or (465 if use_tls else 25),
+            use_tls=use_tls,
+            starttls=starttls,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+            command_timeout=command_timeout,
+            data_timeout=data_timeout,
+            validate_certs=query.get("verify", "true") not in _FALSE,
+            insecure_auth=query.get("insecure_auth") in _TRUE,
+        )
+
+    def secrets(self) -> list[str]:
+        """What must never be stored or printed: the password, and AUTH's encodings of it."""
+        if not self.password:
+            return []
+        return smtp_auth_forms(self.username or "", self.password)
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
 
 
 def _refused(exc: aiosmtplib.SMTPResponseException, where: str) -> Outcome:
     verdict = Verdict.RETRY if 400 <= exc.code < 500 else Verdict.FAILED
     return Outcome(verdict, exc.code, f"{where}: {exc.message}")
+
+
+def _scrubbed(outcome: Outcome, redact: Redactor) -> Outcome:
+    """The outcome with the server's words cleaned of our credentials, before anyone stores it.
+
+    A server may echo what it got (a failed AUTH, a verbose proxy): the text is stored in the
+    outbox and the journal and shown by ``dead list``, so it passes here first.
+    """
+    text = redact(outcome.text)
+    return outcome if text == outcome.text else dataclasses.replace(outcome, text=text)
 
 
 class SmtpTransport:
@@ -93,6 +146,7 @@ class SmtpTransport:
         # socket, before the server's reply is read (the RFC 1047 gap).
         self.on_data_written = on_data_written
         self._idle: list[aiosmtplib.SMTP] = []
+        self.redact = Redactor(config.secrets())
 
     async def _connection(self) -> aiosmtplib.SMTP:
         while self._idle:
@@ -104,22 +158,67 @@ class SmtpTransport:
             hostname=cfg.host,
             port=cfg.port,
             use_tls=cfg.use_tls,
-            start_tls=cfg.starttls,
+            start_tls=False,  # decided below, where a missing STARTTLS can be refused clearly
             timeout=cfg.command_timeout,
             validate_certs=cfg.validate_certs,
             tls_context=self.ssl_context,
         )
         await client.connect()
-        await client.ehlo()
-        if cfg.username is not None:
-            await client.login(cfg.username, cfg.password or "")
+        try:
+            await self._secure_and_login(client)
+        except BaseException:
+            client.close()
+            raise
         return client
+
+    async def _secure_and_login(self, client: aiosmtplib.SMTP) -> None:
+        """STARTTLS whenever offered; AUTH only over TLS unless the URL says ``insecure_auth``.
+
+        A connection that would put the password on the wire in clear, a required STARTTLS the
+        server does not offer, or a certificate that does not verify is a configuration
+        problem, not a property of the message: ``TransportConfigError``, raised before MAIL.
+        """
+        cfg = self.config
+        await client.ehlo()
+        if not cfg.use_tls:
+            if client.supports_extension("starttls"):
+                try:
+                    await client.starttls()
+                except ssl.SSLCertVerificationError as exc:
+                    raise TransportConfigError(
+                        f"the TLS certificate of the SMTP server {cfg.where} does not verify:"
+                        f" {exc.verify_message}",
+                        hint="fix the server's certificate (or, for development only, add"
+                        " verify=false to the SMTP URL)",
+                    ) from None
+                await client.ehlo()
+            elif cfg.starttls:
+                raise TransportConfigError(
+                    f"the SMTP server {cfg.where} does not offer STARTTLS, which the SMTP URL"
+                    " requires (starttls=true); nothing was sent",
+                    hint="use a server that offers STARTTLS, or smtps:// for implicit TLS",
+                )
+        if cfg.username is None:
+            return
+        encrypted = client.get_transport_info("sslcontext") is not None
+        if not encrypted and not cfg.insecure_auth:
+            raise TransportConfigError(
+                f"refusing to send the SMTP password to {cfg.where} unencrypted: the server"
+                " offers no STARTTLS; nothing was sent",
+                hint="use smtps:// or a server with STARTTLS (or, if the network is trusted,"
+                " add insecure_auth=true to the SMTP URL)",
+            )
+        await client.login(cfg.username, cfg.password or "")
 
     def _reuse(self, client: aiosmtplib.SMTP) -> None:
         if client.is_connected:
             self._idle.append(client)
 
     async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
+        outcome = await self._prepare(envelope)
+        return _scrubbed(outcome, self.redact) if isinstance(outcome, Outcome) else outcome
+
+    async def _prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
         client: aiosmtplib.SMTP | None = None
         try:
             client = await self._connection()
@@ -156,6 +255,9 @@ class _PreparedSmtp:
         self.envelope = envelope
 
     async def deliver(self) -> Outcome:
+        return _scrubbed(await self._deliver(), self.transport.redact)
+
+    async def _deliver(self) -> Outcome:
         client = self.client
         if self.transport.on_data_written is not None:
             _watch_for_end_of_data(client, self.transport.on_data_written)

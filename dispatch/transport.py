@@ -19,6 +19,20 @@ class Verdict(StrEnum):
     IN_DOUBT = "in_doubt"  # may or may not have been accepted
 
 
+class TransportConfigError(Exception):
+    """The transport cannot be used as configured (it would send a password in clear text, a
+    required STARTTLS is missing, a certificate does not verify).
+
+    Raised by ``prepare`` before anything of the job went out (no MAIL): the job is not at
+    fault, so the worker gives it back untouched, stops, and reports this error.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
 @dataclass(frozen=True)
 class Outcome:
     verdict: Verdict

@@ -29,6 +29,7 @@ one); ``Content-Type: application/json`` is sent unless the step sets its own; o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import os
@@ -52,10 +53,12 @@ from dispatch.egress import (
     resolve_validated,
     system_resolver,
 )
+from dispatch.redact import Redactor, url_secrets
 from dispatch.request_headers import (
     HeaderError,
     MissingVariable,
     resolve_headers,
+    variables_in,
 )
 from dispatch.transport import Envelope, Outcome, PreparedSend, Verdict
 
@@ -158,6 +161,13 @@ class WebhookTransport:
             request = WebhookRequest.from_payload(envelope.payload)
         except (ValueError, UnicodeDecodeError) as exc:
             return Outcome(Verdict.FAILED, None, f"unreadable webhook payload: {exc}")
+        redact = Redactor(url_secrets(request.url))
+        prepared = await self._prepare(envelope, request)
+        if isinstance(prepared, Outcome):
+            return _scrubbed(prepared, redact)
+        return prepared
+
+    async def _prepare(self, envelope: Envelope, request: WebhookRequest) -> PreparedSend | Outcome:
         try:
             url = check_url(request.url, self.policy)
             port = url.port if url.port is not None else _DEFAULT_PORTS[url.scheme]
@@ -177,21 +187,48 @@ class WebhookTransport:
         if not any(name.lower() == "content-type" for name in headers):
             headers["Content-Type"] = "application/json"
         headers[IDEMPOTENCY_HEADER] = envelope.key
-        return _PreparedWebhook(self._client, request, headers)
+        return _PreparedWebhook(self._client, request, headers, _secrets_of(request, self._environ))
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
 
+def _secrets_of(request: WebhookRequest, environ: Mapping[str, str]) -> Redactor:
+    """Every secret this request carries: each resolved ``${ENV}`` value, each header value it
+    appears in, and the URL's credentials. A receiver may echo any of them back."""
+    secrets = url_secrets(request.url)
+    for value in request.headers.values():
+        names = variables_in(value)
+        if names:
+            secrets += [environ.get(name, "") for name in names]
+            secrets += resolve_headers({"x": value}, environ).values()
+    return Redactor(secrets)
+
+
+def _scrubbed(outcome: Outcome, redact: Redactor) -> Outcome:
+    """The outcome with its text cleaned of the request's secrets: it is about to be stored (the
+    outbox, the journal) and shown (``dead list``, ``in-doubt list``)."""
+    text = redact(outcome.text)
+    return outcome if text == outcome.text else dataclasses.replace(outcome, text=text)
+
+
 class _PreparedWebhook:
     def __init__(
-        self, client: EgressClient, request: WebhookRequest, headers: dict[str, str]
+        self,
+        client: EgressClient,
+        request: WebhookRequest,
+        headers: dict[str, str],
+        redact: Redactor,
     ) -> None:
         self._client = client
         self._request = request
         self._headers = headers
+        self._redact = redact
 
     async def deliver(self) -> Outcome:
+        return _scrubbed(await self._deliver(), self._redact)
+
+    async def _deliver(self) -> Outcome:
         request_sent = False
 
         def on_request_sent() -> None:
@@ -213,7 +250,7 @@ class _PreparedWebhook:
                 on_request_sent=on_request_sent,
             ) as response:
                 # The status is the receiver's answer; the body only decorates the outcome.
-                snippet = await _snippet(response)
+                snippet = await _snippet(response, self._redact)
                 return outcome_for_status(response.status_code, response.headers, snippet)
         except EgressDenied as exc:
             # Before sending (the pool's own lookup disagreed with prepare's) or a redirect:
@@ -231,14 +268,19 @@ class _PreparedWebhook:
         """Nothing to undo: ``prepare`` opens no connection."""
 
 
-async def _snippet(response: GuardedResponse) -> str:
-    """The start of the response body, for operators; never fails the outcome."""
+async def _snippet(response: GuardedResponse, redact: Redactor) -> str:
+    """The start of the response body, for operators, scrubbed; never fails the outcome.
+
+    Read a little past the kept bytes and scrub before cutting, so that a secret the receiver
+    echoes across the cut is masked whole, not left half visible.
+    """
+    wanted = _SNIPPET_BYTES + 4 * redact.longest
     collected = b""
     chunks = response.iter_bytes()
     try:
         async for chunk in chunks:
             collected += chunk
-            if len(collected) >= _SNIPPET_BYTES:
+            if len(collected) >= wanted:
                 break
     except EgressError:
         pass
@@ -246,5 +288,6 @@ async def _snippet(response: GuardedResponse) -> str:
         closer = getattr(chunks, "aclose", None)
         if closer is not None:
             await closer()
-    text = collected[:_SNIPPET_BYTES].decode("utf-8", errors="replace")
-    return " ".join(text.split())[:200]
+    kept = len(collected[:_SNIPPET_BYTES].decode("utf-8", errors="ignore"))
+    text = redact.head(collected.decode("utf-8", errors="replace"), kept)
+    return redact(" ".join(text.split())[:200])

@@ -26,7 +26,7 @@ from dispatch.committer import GroupCommitter
 from dispatch.crashpoints import CrashPoints
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, OutboxStore
-from dispatch.transport import Envelope, Outcome, Transport, Verdict
+from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
 
 log = logging.getLogger("herald.worker")
 
@@ -102,6 +102,8 @@ class Worker:
         self._held: dict[int, ClaimedJob] = {}  # jobs we hold a lease on
         self._lease_deadline: dict[int, float] = {}  # monotonic time the lease surely lasts to
         self._past_t4: set[int] = set()
+        # A transport that cannot be used as configured stops the worker; run() raises it.
+        self.fatal: TransportConfigError | None = None
 
     # ------------------------------------------------------------ control
 
@@ -138,6 +140,8 @@ class Worker:
                 with contextlib.suppress(Exception):
                     await transport.aclose()
             await asyncio.to_thread(self.committer.stop)
+        if self.fatal is not None:
+            raise self.fatal
         return self.report
 
     # ------------------------------------------------------------ main loop
@@ -251,6 +255,14 @@ class Worker:
         )
         try:
             prepared = await transport.prepare(envelope)
+        except TransportConfigError as exc:
+            # Nothing of this job went out and nothing is wrong with it: give it back as it
+            # was (no attempt counted) and stop, since every other job would meet the same.
+            if self.fatal is None:
+                self.fatal = exc
+            self.stop()
+            await self._release(job)
+            return
         except Exception as exc:  # a transport bug must not strand the job
             prepared = Outcome(Verdict.RETRY, None, f"before sending: {type(exc).__name__}: {exc}")
         if isinstance(prepared, Outcome):

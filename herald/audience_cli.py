@@ -29,6 +29,7 @@ from campaigns.audience import Recipient, RowProblem, iter_audience, iter_data_f
 from campaigns.audience_formats import FORMATS, Format
 from campaigns.audience_url import AudienceUnavailable, format_from_path, open_url_audience
 from campaigns.spec import UrlAudience, load_campaign
+from dispatch.redact import redact_url
 from herald.cli import JsonFlag, app, err, errors_mapped, fail, out
 from herald.errors import HeraldError, UsageError
 from herald.output import styled
@@ -91,7 +92,7 @@ def check(
     """Parse an audience and list every invalid row, without launching anything."""
     with errors_mapped():
         chosen = _format_option(format)
-        report = AudienceReport(source)
+        report = AudienceReport(redact_url(source))  # shown and printed: no credentials
         try:
             with _rows(source, chosen, header or [], report) as rows:
                 _count(rows, report)

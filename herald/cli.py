@@ -25,8 +25,10 @@ from campaigns.audience_url import AudienceUnavailable
 from campaigns.errors import CampaignError, SpecError
 from campaigns.spec import LoadedCampaign, load_campaign
 from dispatch.crashpoints import CrashPointError, CrashPoints
+from dispatch.redact import redact_url
 from dispatch.smtp import SmtpTransport, SmtpUrlError
 from dispatch.testing import UNGUARDED_ENV, unguarded_start_sends
+from dispatch.transport import TransportConfigError
 from dispatch.worker import Worker, WorkerConfig
 from herald import status as status_view
 from herald.db import create_engine
@@ -35,7 +37,7 @@ from herald.output import err as err  # re-exported: the subcommand modules prin
 from herald.output import out as out
 from herald.output import styled, visible
 from herald.schema import ensure_schema, upgrade
-from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
+from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL, known_secrets
 from herald.transports import build_transports
 from scheduler.check import CheckReport, check_campaign
 from scheduler.fanout import materialise
@@ -73,9 +75,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
+    # Scrubbed of every credential of the settings this command parsed: library errors (a
+    # driver's, a server's) may quote them.
+    message = known_secrets.scrub(message)
     err.print(styled("error:", "bold red"), message)
     if hint:
-        err.print(f"  hint: {hint}")
+        err.print(f"  hint: {known_secrets.scrub(hint)}")
     raise typer.Exit(code)
 
 
@@ -109,6 +114,7 @@ def errors_mapped() -> Iterator[None]:
     finally:
         while _opened_engines:
             _opened_engines.pop().dispose()
+        known_secrets.forget()
 
 
 _opened_engines: list[Engine] = []  # disposed when the command's errors_mapped() block ends
@@ -122,7 +128,7 @@ def open_engine(url: str) -> Engine:
     except SQLAlchemyError as exc:
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise DatabaseError(
-            f"cannot open the database {url}: {detail}",
+            f"cannot open the database {redact_url(url)}: {detail}",
             hint="is the server running and the URL right?",
         ) from exc
     return engine
@@ -346,7 +352,10 @@ def worker(
         if os.environ.get(UNGUARDED_ENV) == "1":
             err.print(styled("TEST MODE: T4 guards are OFF; duplicates are possible", "bold red"))
             the_worker.committer.unguarded_t4 = unguarded_start_sends
-        report = asyncio.run(_run_worker(the_worker))
+        try:
+            report = asyncio.run(_run_worker(the_worker))
+        except TransportConfigError as exc:
+            raise ConfigError(exc.message, hint=exc.hint) from None
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:

@@ -2,47 +2,56 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.engine import Engine
 
-from herald.errors import ConfigError
+from herald.errors import DatabaseError
+from herald.settings import normalise_database_url, parse_database_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def normalise_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` and select the psycopg 3 driver for them."""
-    for prefix in ("postgresql://", "postgres://"):
-        if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix) :]
-    return url
+    return normalise_database_url(url)
 
 
 def create_engine(url: str, **kwargs: Any) -> Engine:
-    try:
-        parsed = make_url(normalise_url(url))
-    except ArgumentError as exc:
-        raise ConfigError(
-            f"invalid database URL {url!r}",
-            hint="use sqlite:///path/to/herald.db or postgresql://user@host:5432/db",
-        ) from exc
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
+    """An engine for ``url``; ConfigError (without the password) if the URL is malformed."""
+    parsed = parse_database_url(url)
+    if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
-    if backend == "postgresql":
-        if parsed.get_driver_name() != "psycopg":
-            parsed = parsed.set(drivername="postgresql+psycopg")
-        return sa.create_engine(parsed, pool_pre_ping=True, **kwargs)
-    raise ConfigError(
-        f"unsupported database {backend!r} in {url!r}", hint="Herald runs on SQLite or PostgreSQL"
-    )
+    return sa.create_engine(parsed, pool_pre_ping=True, **kwargs)
+
+
+def _precreate_private(url: sa.URL) -> None:
+    """Create a new SQLite database file 0600 before SQLite does (it would use 0644 & ~umask).
+
+    The file holds every rendered message and audience snapshot. SQLite gives the -wal, -shm
+    and -journal files the mode of the database file, so they are private too. An existing
+    file keeps its mode: it is the operator's.
+    """
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    try:
+        fd = os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise DatabaseError(
+            f"cannot create the database file {database}: {exc.strerror}",
+            hint="check that its directory exists and is writable",
+        ) from None
+    os.close(fd)
 
 
 def _sqlite_engine(url: sa.URL, **kwargs: Any) -> Engine:
+    _precreate_private(url)
     engine = sa.create_engine(
         url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs
     )

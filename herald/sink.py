@@ -129,7 +129,9 @@ class MaildirSink:
         name = self._unique_name()
         tmp_path = self.maildir / "tmp" / name
         new_path = self.maildir / "new" / name
-        with open(tmp_path, "xb") as file:
+        # 0600 like the Maildir's own directories: a message is someone's mail.
+        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(fd, "wb") as file:
             file.write(content)
             file.flush()
             os.fsync(file.fileno())

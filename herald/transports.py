@@ -6,10 +6,11 @@ import os
 from collections.abc import Mapping
 
 from dispatch.egress import EgressPolicy
-from dispatch.smtp import SmtpConfig, SmtpTransport
+from dispatch.smtp import SmtpTransport
 from dispatch.transport import Transport
 from dispatch.webhook import WebhookTransport
 from herald.errors import ConfigError
+from herald.settings import parse_smtp_url
 
 
 def build_transports(
@@ -26,6 +27,6 @@ def build_transports(
     except ValueError as exc:
         raise ConfigError(f"invalid egress setting: {exc}") from exc
     return {
-        "email": SmtpTransport(SmtpConfig.from_url(smtp_url)),
+        "email": SmtpTransport(parse_smtp_url(smtp_url)),
         "webhook": WebhookTransport(policy, environ=env),
     }
