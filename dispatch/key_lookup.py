@@ -33,7 +33,7 @@ class KeyPrefixError(ValueError):
 
 def normalise_prefix(raw: str) -> str:
     """The lower-case prefix, or KeyPrefixError(invalid_input=True) when it cannot be one."""
-    prefix = raw.strip().lower()
+    prefix = raw.lower()
     if _HEX.fullmatch(prefix) is None:
         raise KeyPrefixError(
             f"invalid key prefix {_shown(raw)}: give {MIN_PREFIX} to {KEY_LENGTH} hex "
