@@ -7,9 +7,11 @@ a new version explicitly, which keeps every already-sent key sent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from campaigns.errors import CampaignError
@@ -37,8 +39,18 @@ class Registration:
     new_version: bool
 
 
+#: Called inside the transaction that stores a new version, with the new row: whatever it
+#: writes (the new version's jobs, the old ones superseded) commits or rolls back with it.
+OnNewVersion = Callable[[sa.Connection, CampaignRow], None]
+
+
 def register(
-    engine: Engine, loaded: LoadedCampaign, *, now: datetime, force_new_version: bool = False
+    engine: Engine,
+    loaded: LoadedCampaign,
+    *,
+    now: datetime,
+    force_new_version: bool = False,
+    on_new_version: OnNewVersion | None = None,
 ) -> Registration:
     store = CampaignStore(engine.dialect.name)
     name = loaded.spec.name
@@ -72,6 +84,8 @@ def register(
             )
         updated = store.get(conn, name)
         assert updated is not None
+        if on_new_version is not None:
+            on_new_version(conn, updated)
         return Registration(updated, created=False, new_version=True)
 
 

@@ -60,6 +60,15 @@ class CampaignStore:
         ).one_or_none()
         return _row(row) if row is not None else None
 
+    def spec_hash(self, conn: sa.Connection, name: str, *, lock: bool = False) -> str | None:
+        """The stored spec's hash. ``lock`` (PostgreSQL) holds a share lock to the end of the
+        transaction: a new version being stored is waited for, and cannot be stored meanwhile."""
+        stmt = sa.select(C.spec_hash).where(C.name == name)
+        if lock and self.is_postgres:
+            stmt = stmt.with_for_update(read=True)
+        found: str | None = conn.execute(stmt).scalar_one_or_none()
+        return found
+
     def all(self, conn: sa.Connection) -> list[CampaignRow]:
         rows = conn.execute(
             sa.select(C.name, C.spec_hash, C.version, C.status, C.launched_at).order_by(C.name)

@@ -76,6 +76,9 @@ class SendJob(SQLModel, table=True):
         default="hold", sa_column=sa.Column(sa.String(16), nullable=False, default="hold")
     )
     resolution: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    # Set when a new campaign version removed this job's key: its payload must never go out
+    # (T4 refuses it; `dead retry` and `in-doubt resolve --resend` will not re-arm it).
+    superseded_at: datetime | None = Field(default=None, sa_column=_ts())
     created_at: datetime | None = Field(default=None, sa_column=_ts(default_now=True))
     updated_at: datetime | None = Field(default=None, sa_column=_ts(default_now=True))
 

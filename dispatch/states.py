@@ -46,6 +46,13 @@ TRANSITIONS: dict[str, tuple[frozenset[State], frozenset[State]]] = {
     ),
     "T10 cancel": (frozenset({State.PENDING, State.CLAIMED}), frozenset({State.CANCELLED})),
     "dead retry": (frozenset({State.FAILED}), frozenset({State.PENDING})),
+    # A new campaign version, in the transaction that stores it (scheduler.new_version):
+    # jobs whose key it removed are cancelled (a claim is fenced: its T4 then matches nothing);
+    "T11 superseded": (frozenset({State.PENDING, State.CLAIMED}), frozenset({State.CANCELLED})),
+    # a claim on content it changed is released, so the job goes out with the new content;
+    "T12 new content": (frozenset({State.CLAIMED}), frozenset({State.PENDING})),
+    # a key an earlier version removed, and this one has again, is armed with the new content.
+    "T13 restored": (frozenset({State.CANCELLED}), frozenset({State.PENDING})),
 }
 
 

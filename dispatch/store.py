@@ -403,6 +403,7 @@ class OutboxStore:
                     J.state == State.CLAIMED.value,
                     J.lease_expires_at > db_now_plus(sa.bindparam("margin", type_=sa.Float())),
                     J.send_attempts < J.max_send_attempts,
+                    J.superseded_at.is_(None),
                     ~_suppressed(),
                     _campaign_active(),
                 )
@@ -431,6 +432,7 @@ class OutboxStore:
                 J.state == State.CLAIMED.value,
                 J.lease_expires_at > db_now_plus(seconds(margin_seconds)),
                 J.send_attempts < J.max_send_attempts,
+                J.superseded_at.is_(None),  # a replaced version's payload never goes out
                 ~_suppressed(),
                 ~_campaign_not_active(),
             )
@@ -455,13 +457,15 @@ class OutboxStore:
     ) -> dict[int, State]:
         """Decide what happens to claimed jobs whose T4 guard failed, most final reason first.
 
-        Suppressed → failed; campaign cancelled → cancelled; attempts used up → failed; anything
-        else (campaign paused, too little lease left) → back to pending untouched. Jobs whose
-        lease is no longer ours match none of these and are left alone.
+        Superseded by a new version → cancelled; suppressed → failed; campaign cancelled →
+        cancelled; attempts used up → failed; anything else (campaign paused, too little lease
+        left) → back to pending untouched. Jobs whose lease is no longer ours match none of
+        these and are left alone.
         """
         remaining = list(leases)
         settled: dict[int, State] = {}
         rules: list[tuple[sa.ColumnElement[bool], State, str]] = [
+            (J.superseded_at.is_not(None), State.CANCELLED, "superseded"),
             (_suppressed(), State.FAILED, "recipient is suppressed"),
             (_campaign_has_status("cancelled"), State.CANCELLED, "campaign cancelled"),
             (J.send_attempts >= J.max_send_attempts, State.FAILED, "send attempts exhausted"),
@@ -703,6 +707,7 @@ class OutboxStore:
                 J.state == State.IN_DOUBT.value,
                 J.in_doubt_policy == "resend",
                 J.send_attempts < J.max_send_attempts,
+                J.superseded_at.is_(None),
             )
             .values(state=State.PENDING.value, resolution="policy: resend", updated_at=db_now())
             .returning(J.id, J.lease_token)
@@ -809,9 +814,11 @@ class OutboxStore:
                 else sa.func.max(J.max_send_attempts, J.send_attempts + 1),
                 not_before=db_now(),
             )
+        # A superseded payload is never re-armed (dispatch.supersede); deciding it is allowed.
+        rearmable = [J.superseded_at.is_(None)] if target is State.PENDING else []
         stmt = (
             sa.update(send_job)
-            .where(J.state == State.IN_DOUBT.value, *self._selection(keys, campaign))
+            .where(J.state == State.IN_DOUBT.value, *rearmable, *self._selection(keys, campaign))
             .values(**values)
             .returning(J.id, J.lease_token, J.key)
         )
@@ -834,7 +841,11 @@ class OutboxStore:
         """Re-arm failed jobs: fresh attempt and claim budgets, due now."""
         stmt = (
             sa.update(send_job)
-            .where(J.state == State.FAILED.value, *self._selection(keys, campaign))
+            .where(
+                J.state == State.FAILED.value,
+                J.superseded_at.is_(None),  # never re-arm a replaced version's payload
+                *self._selection(keys, campaign),
+            )
             .values(
                 state=State.PENDING.value,
                 max_send_attempts=J.send_attempts + J.max_send_attempts,

@@ -41,6 +41,7 @@ from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL, known_secret
 from herald.transports import build_transports
 from scheduler.check import CheckReport, check_campaign
 from scheduler.fanout import materialise
+from scheduler.new_version import NewVersionFanout
 from templates.errors import TemplateError
 
 app = typer.Typer(
@@ -234,7 +235,7 @@ def launch(
         typer.Option(
             "--force-new-version",
             help="Replace a changed campaign's definition: sent messages stay sent, unsent ones "
-            "take the new content.",
+            "take the new content, unsent ones of removed steps or recipients are cancelled.",
         ),
     ] = False,
     as_json: JsonFlag = False,
@@ -259,15 +260,28 @@ def launch(
         if not report.ok:
             _print_check(report, as_json=False)
             fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
-        registration = register(engine, loaded, now=now, force_new_version=force_new_version)
-        with _progress(report.messages, "enqueueing") as progress:
-            result = materialise(
-                engine,
-                loaded,
-                registration.campaign.launched_at,
-                replace_pending=registration.new_version,
-                progress=progress,
-            )
+        # A new version fans out inside the transaction that stores it (scheduler.new_version).
+        new_version = (
+            NewVersionFanout(engine, loaded, occurrence_at, actor=f"launch:{_operator()}")
+            if force_new_version
+            else None
+        )
+        registration = register(
+            engine,
+            loaded,
+            now=now,
+            force_new_version=force_new_version,
+            on_new_version=new_version.apply if new_version is not None else None,
+        )
+        superseded = 0
+        if registration.new_version and new_version is not None:
+            result = new_version.result
+            superseded = new_version.report.cancelled + new_version.report.marked
+        else:
+            with _progress(report.messages, "enqueueing") as progress:
+                result = materialise(
+                    engine, loaded, registration.campaign.launched_at, progress=progress
+                )
         summary = {
             "campaign": loaded.spec.name,
             "version": registration.campaign.version,
@@ -277,6 +291,8 @@ def launch(
             "recipients": report.recipients,
             "rejected_rows": report.rejected,
             "steps": len(loaded.spec.steps),
+            # Unsent jobs of steps/recipients a new version removed: cancelled, or marked.
+            "superseded_jobs": superseded,
         }
         _print_rejects(report)  # stderr: JSON on stdout stays parseable
         if as_json:
@@ -286,6 +302,7 @@ def launch(
             out.print(
                 f"{verb}: {loaded.spec.name} (version {registration.campaign.version}): "
                 f"{result.new_jobs} new job(s), {result.existing_jobs} already queued"
+                + (f", {superseded} superseded" if superseded else "")
             )
 
 

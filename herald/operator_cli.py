@@ -11,8 +11,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from dispatch.key_lookup import KeyPrefixError, match_prefix, normalise_prefix
 from dispatch.states import State
 from dispatch.store import OutboxStore
+from dispatch.supersede import superseded_keys
 from herald.cli import (
     DatabaseUrl,
     JsonFlag,
@@ -23,7 +25,7 @@ from herald.cli import (
     open_engine,
     out,
 )
-from herald.errors import UsageError
+from herald.errors import HeraldError, UsageError
 from herald.settings import DEFAULT_DATABASE_URL
 
 in_doubt_app = typer.Typer(
@@ -110,20 +112,24 @@ def _selection(keys: list[str], all_: bool, campaign: str | None) -> list[str] |
     return keys or None
 
 
-def _expand_keys(engine: Any, keys: list[str] | None, state: State) -> list[str] | None:
-    """Let operators paste the 16-character prefix that `list` shows."""
+def resolve_keys(engine: Any, keys: list[str] | None) -> list[str] | None:
+    """Every command that takes job keys resolves them here, all before changing anything.
+
+    Each argument must be 8-64 hex characters naming exactly one job (dispatch.key_lookup):
+    malformed or ambiguous is invalid input (exit 2), no such job is exit 1.
+    """
     if keys is None:
         return None
-    store = OutboxStore(engine.dialect.name)
-    with engine.connect() as conn:
-        candidates = [r.key for r in store.jobs_in_state(conn, state)]
-    expanded: list[str] = []
-    for key in keys:
-        matches = [c for c in candidates if c.startswith(key.lower())]
-        if len(matches) > 1:
-            raise UsageError(f"key prefix {key!r} is ambiguous ({len(matches)} matches)")
-        expanded.extend(matches or [key])
-    return expanded
+    try:
+        prefixes = [normalise_prefix(key) for key in keys]
+        with engine.connect() as conn:
+            resolved = [match_prefix(conn, prefix) for prefix in prefixes]
+    except KeyPrefixError as exc:
+        hint = "`herald in-doubt list` and `herald dead list` show job keys"
+        if exc.invalid_input:
+            raise UsageError(str(exc), hint=hint) from exc
+        raise HeraldError(str(exc), hint=hint) from exc
+    return list(dict.fromkeys(resolved))  # the same job named twice is acted on once
 
 
 @in_doubt_app.command("list")
@@ -138,7 +144,10 @@ def in_doubt_list(
 
 @in_doubt_app.command("resolve")
 def in_doubt_resolve(
-    keys: Annotated[list[str] | None, typer.Argument(help="Job keys (or prefixes).")] = None,
+    keys: Annotated[
+        list[str] | None,
+        typer.Argument(help="Job keys, or unique prefixes of at least 8 hex characters."),
+    ] = None,
     all_: Annotated[
         bool, typer.Option("--all", help="Every in-doubt job (of --campaign).")
     ] = False,
@@ -162,7 +171,7 @@ def in_doubt_resolve(
         target = State.PENDING if resend else State(as_ or "failed")
         selected = _selection(keys or [], all_, campaign)
         engine = open_engine(database_url)
-        selected = _expand_keys(engine, selected, State.IN_DOUBT)
+        selected = resolve_keys(engine, selected)
         store = OutboxStore(engine.dialect.name)
         with engine.begin() as conn:
             changed = store.resolve_in_doubt(
@@ -173,8 +182,9 @@ def in_doubt_resolve(
                 actor=f"operator:{_operator()}",
                 why=why,
             )
+            refused = _superseded(conn, selected, changed) if resend else {}
         _report(changed, f"in doubt → {target.value}", as_json)
-        _warn_unchanged(selected, changed, "in doubt")
+        _warn_unchanged(selected, changed, "in doubt", refused)
 
 
 @dead_app.command("list")
@@ -189,7 +199,10 @@ def dead_list(
 
 @dead_app.command("retry")
 def dead_retry(
-    keys: Annotated[list[str] | None, typer.Argument(help="Job keys (or prefixes).")] = None,
+    keys: Annotated[
+        list[str] | None,
+        typer.Argument(help="Job keys, or unique prefixes of at least 8 hex characters."),
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every dead job (of --campaign).")] = False,
     campaign: CampaignOption = None,
     database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
@@ -199,24 +212,48 @@ def dead_retry(
     with errors_mapped():
         selected = _selection(keys or [], all_, campaign)
         engine = open_engine(database_url)
-        selected = _expand_keys(engine, selected, State.FAILED)
+        selected = resolve_keys(engine, selected)
         store = OutboxStore(engine.dialect.name)
         with engine.begin() as conn:
             changed = store.retry_dead(
                 conn, keys=selected, campaign=campaign, actor=f"operator:{_operator()}"
             )
+            refused = _superseded(conn, selected, changed)
         _report(changed, "failed → pending", as_json)
-        _warn_unchanged(selected, changed, "failed")
+        _warn_unchanged(selected, changed, "failed", refused)
 
 
-def _warn_unchanged(selected: list[str] | None, changed: list[tuple[int, str]], what: str) -> None:
+def _superseded(
+    conn: Any, selected: list[str] | None, changed: list[tuple[int, str]]
+) -> dict[str, str]:
+    """Named keys left alone because a new campaign version replaced their payload."""
+    if selected is None:
+        return {}
+    done = {key for _, key in changed}
+    return superseded_keys(conn, [key for key in selected if key not in done])
+
+
+def _warn_unchanged(
+    selected: list[str] | None,
+    changed: list[tuple[int, str]],
+    what: str,
+    refused: dict[str, str] | None = None,
+) -> None:
     """Named keys that changed nothing are a mistyped key or a stale list: say so, exit 1."""
     if selected is None:
         return
     done = {key for _, key in changed}
     missed = [key for key in selected if key not in done]
     for key in missed:
-        err.print(f"{key[:16]}: not {what} (unknown key, or already handled)")
+        if refused and key in refused:
+            # markup=False: the campaign name is data.
+            err.print(
+                f"{key}: not re-armed: its content belongs to a replaced version of campaign "
+                f"{refused[key]!r}, which no longer sends it (superseded)",
+                markup=False,
+            )
+        else:
+            err.print(f"{key[:16]}: not {what} (unknown key, or already handled)")
     if missed:
         raise typer.Exit(1)
 

@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from campaigns.audience import Recipient, RowProblem, iter_audience
+from campaigns.control import CampaignConflict
 from campaigns.errors import AudienceError
 from campaigns.spec import LoadedCampaign
+from campaigns.store import CampaignStore
 from dispatch.store import NewJob, OutboxStore
 from scheduler.compose import CompiledStep, compile_steps, compose_job
 from scheduler.snapshot import (
@@ -34,7 +36,8 @@ from scheduler.store import OccurrenceStore
 BATCH_SIZE = 500  # jobs per transaction: big enough to amortise the commit, small enough to
 # keep SQLite's write lock short and memory flat
 
-Audience = Callable[[], Iterator[Recipient | RowProblem]]
+# Called with None, or with an open connection to read a snapshot through (scheduler.new_version).
+Audience = Callable[[Connection | None], Iterator[Recipient | RowProblem]]
 
 
 @dataclass
@@ -59,7 +62,7 @@ def materialise(
     occurrences = OccurrenceStore(engine.dialect.name)
     result = FanoutResult()
     steps = compile_steps(loaded)
-    audience = _audience(engine, loaded, occurrence_at)
+    audience = prepare_audience(engine, loaded, occurrence_at)
     for step in steps:
         skipped = _fan_out_step(
             engine,
@@ -80,16 +83,17 @@ def materialise(
     return result
 
 
-def _audience(engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime) -> Audience:
+def prepare_audience(engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime) -> Audience:
+    """The occurrence's audience as a re-iterable source (a URL one is snapshotted first)."""
     if url_audience(loaded) is None:
-        return lambda: iter_audience(loaded)
+        return lambda _conn: iter_audience(loaded)
     snapshot = ensure_snapshot(engine, loaded, occurrence_at)
     try:
         refuse_strict_rejects(loaded, snapshot)
     except AudienceError:
         discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)
         raise
-    return lambda: iter_snapshot(engine, snapshot)
+    return lambda conn: iter_snapshot(engine, snapshot, conn=conn)
 
 
 def _fan_out_step(
@@ -107,12 +111,13 @@ def _fan_out_step(
 ) -> int:
     """Fan out one step; returns how many audience rows were skipped as unusable."""
     name = loaded.spec.name
+    campaigns = CampaignStore(engine.dialect.name)
     with engine.begin() as conn:
         occurrence = occurrences.open(conn, name, step.spec.id, occurrence_at)
     # A finished fan-out is re-walked only for a new version, whose pending jobs change.
     if occurrence.fanout_state == "done" and not replace_pending:
         count = skipped = 0
-        for item in audience():
+        for item in audience(None):
             if isinstance(item, Recipient):
                 count += 1
             else:
@@ -127,6 +132,14 @@ def _fan_out_step(
 
     def flush() -> None:
         with engine.begin() as conn:
+            # A new version stored meanwhile owns this campaign's jobs now: adding ours would
+            # bring back content it removed (see scheduler.new_version).
+            stored = campaigns.spec_hash(conn, name, lock=True)
+            if stored is not None and stored != loaded.spec_hash:
+                raise CampaignConflict(
+                    f"campaign {name!r} changed while launching",
+                    hint="launch again: the stored definition decides",
+                )
             created = outbox.enqueue(conn, batch, replace_pending=replace_pending)
             occurrences.advance(conn, occurrence.id, position, created)
         result.new_jobs += created
@@ -135,7 +148,7 @@ def _fan_out_step(
             progress(len(batch))
         batch.clear()
 
-    for item in audience():
+    for item in audience(None):
         position += 1
         if isinstance(item, RowProblem):
             skipped += 1

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from campaigns.audience import Recipient, RowProblem, iter_audience
@@ -154,16 +155,24 @@ def _row(position: int, item: Recipient | RowProblem) -> dict[str, Any]:
 
 
 def iter_snapshot(
-    engine: Engine, snapshot: Snapshot, *, page: int = SNAPSHOT_BATCH
+    engine: Engine,
+    snapshot: Snapshot,
+    *,
+    page: int = SNAPSHOT_BATCH,
+    conn: sa.Connection | None = None,
 ) -> Iterator[Recipient | RowProblem]:
-    """The snapshot's rows in source order, one short read per page (no long transaction)."""
+    """The snapshot's rows in source order, one short read per page (no long transaction).
+
+    ``conn``: read through the caller's open transaction instead (a new version's fan-out, which
+    on SQLite holds the write lock that a second connection would wait for).
+    """
     store = SnapshotStore(engine.dialect.name)
     unit = snapshot.unit
     after = 0
     while True:
-        with engine.connect() as conn:
+        with contextlib.nullcontext(conn) if conn is not None else engine.connect() as reader:
             rows = store.page(
-                conn, snapshot.campaign, snapshot.occurrence_at, after=after, limit=page
+                reader, snapshot.campaign, snapshot.occurrence_at, after=after, limit=page
             )
         for row in rows:
             if row.problem is not None:
