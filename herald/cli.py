@@ -150,6 +150,7 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
             "recipients": report.recipients,
             "messages": report.messages,
             "duplicates": report.duplicates,
+            "duplicate_rows": [{"where": p.where, "first": p.error} for p in report.duplicate_rows],
             "rejected_rows": report.rejected,
             "problem_count": report.problem_count,
             "problems": [
@@ -163,6 +164,8 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
         err.print(f"[red]{p.where}:{step} {p.error}[/]", markup=True)
     if report.problem_count > len(report.problems):
         err.print(f"… and {report.problem_count - len(report.problems)} more")
+    for p in report.duplicate_rows:
+        err.print(f"note: {p.where}: {p.error}; sent once, to the first", markup=False)
     if report.duplicates:
         err.print(
             f"note: {report.duplicates} duplicate address(es) in the audience; each is sent once"

@@ -15,7 +15,6 @@ fetches the fixed source instead of re-reading the refused list.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from datetime import datetime
 
 from sqlalchemy.engine import Engine
 
-from campaigns.audience import Recipient, RowProblem, iter_audience
+from campaigns.audience import MailboxDeduper, Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from dispatch.egress import EgressDenied, EgressPolicy, check_url
 from scheduler.compose import (
@@ -56,6 +55,9 @@ class CheckReport:
     recipients: int = 0
     messages: int = 0
     duplicates: int = 0
+    # Later rows of a mailbox already in the audience: not problems, each mailbox is sent once
+    # (to its first row); `where` names the row, `error` the row it repeats.
+    duplicate_rows: list[Problem] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
     # Rows a `strict: false` URL audience rejected: recorded, skipped, not a failure.
@@ -98,8 +100,7 @@ def check_campaign(
     _check_webhook_urls(steps, report, os.environ if environ is None else environ)
     source = url_audience(loaded)
     strict = source is None or source.strict
-    # 16-byte digests: memory per recipient stays small for the duplicate check.
-    seen: set[bytes] = set()
+    seen = MailboxDeduper()
     for item in _audience(loaded, occurrence_at, engine):
         if isinstance(item, RowProblem):
             problem = Problem(item.where, None, item.reason)
@@ -110,11 +111,13 @@ def check_campaign(
             continue
         report.recipients += 1
         if count_duplicates:
-            digest = hashlib.blake2b(item.email.encode(), digest_size=16).digest()
-            if digest in seen:
+            first = seen.first_row_of(item)
+            if first is not None:
                 report.duplicates += 1
+                if len(report.duplicate_rows) < MAX_LISTED_PROBLEMS:
+                    where = f"{item.where} ({item.email})"
+                    report.duplicate_rows.append(Problem(where, None, f"same mailbox as {first}"))
                 continue
-            seen.add(digest)
         for step in steps:
             try:
                 compose_job(loaded, step, item, occurrence_at)
