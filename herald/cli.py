@@ -150,7 +150,9 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
             "recipients": report.recipients,
             "messages": report.messages,
             "duplicates": report.duplicates,
-            "duplicate_rows": [{"where": p.where, "first": p.error} for p in report.duplicate_rows],
+            "duplicate_rows": [
+                {"where": where, "first": first} for where, first in report.duplicate_rows
+            ],
             "rejected_rows": report.rejected,
             "problem_count": report.problem_count,
             "problems": [
@@ -164,8 +166,9 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
         err.print(f"[red]{p.where}:{step} {p.error}[/]", markup=True)
     if report.problem_count > len(report.problems):
         err.print(f"… and {report.problem_count - len(report.problems)} more")
-    for p in report.duplicate_rows:
-        err.print(f"note: {p.where}: {p.error}; sent once, to the first", markup=False)
+    for where, first in report.duplicate_rows:
+        note = f"note: {where}: same mailbox as {first}; sent once, to the first"
+        err.print(note, markup=False)
     if report.duplicates:
         err.print(
             f"note: {report.duplicates} duplicate address(es) in the audience; each is sent once"

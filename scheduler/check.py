@@ -56,8 +56,8 @@ class CheckReport:
     messages: int = 0
     duplicates: int = 0
     # Later rows of a mailbox already in the audience: not problems, each mailbox is sent once
-    # (to its first row); `where` names the row, `error` the row it repeats.
-    duplicate_rows: list[Problem] = field(default_factory=list)
+    # (to its first row): (where the row is, where the first row of its mailbox is).
+    duplicate_rows: list[tuple[str, str]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
     # Rows a `strict: false` URL audience rejected: recorded, skipped, not a failure.
@@ -116,7 +116,7 @@ def check_campaign(
                 report.duplicates += 1
                 if len(report.duplicate_rows) < MAX_LISTED_PROBLEMS:
                     where = f"{item.where} ({item.email})"
-                    report.duplicate_rows.append(Problem(where, None, f"same mailbox as {first}"))
+                    report.duplicate_rows.append((where, first))
                 continue
         for step in steps:
             try:
