@@ -1,15 +1,28 @@
-"""Email addresses and mailboxes: validation and the one normal form Herald keys on.
+"""Email addresses and mailboxes: validation, the normal form and the mailbox identity.
 
-The normal form matters beyond tidiness: the idempotency key of every send job includes the
-recipient's normalised address, so two spellings of one mailbox must normalise identically.
+Two forms of a valid address, for two jobs:
+
+- The *normal form* (``normalise_address``) is what Herald sends to: the recipient's own
+  spelling of the local part, kept exactly as written (it goes into RCPT TO and the To header),
+  with the domain lower-cased and IDNA-encoded (UTS #46) to its ASCII form.
+- The *mailbox identity* (``mailbox_identity``) says which mailbox that is, so that one mailbox
+  gets one job whatever the spelling. It is the normal form with a canonical local part: a
+  quoted local part is unquoted (its backslash escapes removed) when what it holds is a valid
+  dot-atom, otherwise it stays quoted with the fewest escapes (only '"' and '\\' escaped); and
+  the local part is lower-cased, as every large mailbox provider compares it. So
+  ``Dup@Y.example``, ``"dup"@y.example`` and ``"d\\up"@y.example`` are one mailbox,
+  ``dup@y.example``; ``"john doe"@example.com`` and ``"John\\ Doe"@EXAMPLE.com`` are
+  ``"john doe"@example.com``; ``user@Bücher.example`` and ``user@xn--bcher-kva.example`` are one
+  mailbox. The idempotency key, de-duplication within an audience and suppression all use the
+  identity. (Provider-specific rules such as ignored dots or ``+tags`` are not applied: they
+  would merge mailboxes that other providers keep apart.)
 
 Decisions (stricter than RFC 5322 where laxness only causes delivery or security trouble):
-- The local part is kept exactly as written (servers may treat it case-sensitively); it must be
-  an ASCII dot-atom or a quoted string. Non-ASCII local parts need SMTPUTF8, which Herald does
-  not negotiate, so they are rejected rather than failing at send time.
-- The domain is lower-cased and IDNA-encoded (UTS #46) to its ASCII form. It needs at least one
-  dot; 'localhost', address literals ('[192.0.2.1]'), a trailing dot and an all-numeric top-level
-  label are rejected: none is a deliverable marketing address.
+- The local part must be an ASCII dot-atom or a quoted string. Non-ASCII local parts need
+  SMTPUTF8, which Herald does not negotiate, so they are rejected rather than failing at send
+  time.
+- The domain needs at least one dot; 'localhost', address literals ('[192.0.2.1]'), a trailing
+  dot and an all-numeric top-level label are rejected: none is a deliverable marketing address.
 - CR, LF and NUL are rejected anywhere, even where stripping would hide them: they are how header
   injection starts.
 """
@@ -159,6 +172,39 @@ def normalise_address(raw: str) -> str:
     if len(normalised) > MAX_ADDRESS_LENGTH:
         raise AddressError(f"address is longer than {MAX_ADDRESS_LENGTH} characters")
     return normalised
+
+
+def _unquote_local(quoted: str) -> str:
+    """The characters a quoted local part ('"a\\"b"') stands for ('a"b'); already validated."""
+    chars: list[str] = []
+    index = 1
+    while index < len(quoted) - 1:
+        if quoted[index] == "\\":
+            index += 1
+        chars.append(quoted[index])
+        index += 1
+    return "".join(chars)
+
+
+def _canonical_local(local: str) -> str:
+    if local.startswith('"'):
+        content = _unquote_local(local)
+        if _DOT_ATOM.fullmatch(content):
+            local = content
+        else:
+            local = '"' + content.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    # ASCII only (checked), so lower() is the plain A-Z mapping.
+    return local.lower()
+
+
+def mailbox_identity(raw: str) -> str:
+    """The one identity of the mailbox an address names (see the module docstring).
+
+    Accepts any valid spelling (raw or normalised) and raises AddressError like
+    normalise_address. Idempotent: the identity of an identity is itself.
+    """
+    local, domain = normalise_address(raw).rsplit("@", 1)
+    return f"{_canonical_local(local)}@{domain}"
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,25 @@ A URL audience is fetched live here, for checking. Launching never fans out from
 the scheduler snapshots the fetched rows with the occurrence (scheduler.snapshot) and reads
 them back from there, so a re-run after a crash sends to the same list.
 
-Duplicate addresses are deliberately not detected here: that needs memory proportional to the
-audience, the outbox already dedupes by idempotency key, and `herald validate` reports them.
+Duplicates are one mailbox under one or several spellings (``dup@y.example``, ``"dup"@y.example``,
+``DUP@Y.example``: campaigns.addresses.mailbox_identity). The first row of a mailbox is the one
+sent to; later rows are duplicates. iter_audience still yields them, since remembering every
+mailbox costs memory proportional to the audience: fan-out needs no memory for it, because the
+idempotency key and the outbox's one-job-per-mailbox index are both on the identity, so a later
+row of a mailbox creates nothing. `herald validate` and `herald audience check` name each
+duplicate row and the row it repeats (MailboxDeduper).
 Row rules and the file formats live in audience_formats; fetching in audience_url.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import assert_never
 
+from campaigns.addresses import mailbox_identity
 from campaigns.audience_formats import Format, Recipient, RowProblem, newline_mode, parse_stream
 from campaigns.audience_url import iter_url_audience
 from campaigns.errors import AudienceError
@@ -30,6 +37,7 @@ from campaigns.spec import CsvAudience, InlineAudience, LoadedCampaign, UrlAudie
 from templates.files import FileRefused, open_inside
 
 __all__ = [
+    "MailboxDeduper",
     "Recipient",
     "RowProblem",
     "audience_source_files",
@@ -106,3 +114,24 @@ def iter_data_file(path: Path, format: Format) -> Iterator[Recipient | RowProble
         raise AudienceError(f"cannot read audience {what}: {reason}", file=file) from None
     with stream:
         yield from parse_stream(format, stream, source=file)
+
+
+class MailboxDeduper:
+    """Tells the first row of each mailbox from its duplicates, in audience order.
+
+    Remembers a 16-byte digest of each identity and the position of its first row, so memory
+    stays small for large audiences.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[bytes, str] = {}
+
+    def first_row_of(self, recipient: Recipient) -> str | None:
+        """None for the first row of its mailbox (now remembered); for a later row, where the
+        first one is (e.g. 'line 2')."""
+        identity = mailbox_identity(recipient.email).encode()
+        digest = hashlib.blake2b(identity, digest_size=16).digest()
+        first = self._first.get(digest)
+        if first is None:
+            self._first[digest] = recipient.where
+        return first

@@ -17,7 +17,7 @@ class KeyTuple:
     campaign: str
     step: str
     occurrence: datetime
-    recipient: str  # already normalised
+    recipient: str  # the mailbox identity (campaigns.addresses.mailbox_identity)
 
     def canonical(self) -> str:
         occurrence = self.occurrence.astimezone(UTC).isoformat(timespec="microseconds")

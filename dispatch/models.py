@@ -36,6 +36,17 @@ class SendJob(SQLModel, table=True):
         ),
         sa.Index("ix_send_job_campaign_state", "campaign", "step", "state"),
         sa.Index("ix_send_job_state_lease", "state", "lease_expires_at"),
+        # One job per mailbox and message, whatever the key: the database itself refuses a
+        # second job for another spelling of the same mailbox (migration 0003).
+        sa.Index(
+            "ux_send_job_mailbox",
+            "campaign",
+            "step",
+            "occurrence_at",
+            "mailbox",
+            "mailbox_dup",
+            unique=True,
+        ),
     )
 
     id: int | None = Field(default=None, sa_column=sa.Column(big_id(), primary_key=True))
@@ -46,7 +57,15 @@ class SendJob(SQLModel, table=True):
     occurrence_at: datetime = Field(sa_column=_ts(nullable=False))
     channel: str = Field(default="email", sa_column=sa.Column(sa.String(16), nullable=False))
     sender: str = Field(sa_column=sa.Column(sa.String(320), nullable=False))
-    recipient: str = Field(sa_column=sa.Column(sa.String(320), nullable=False))
+    recipient: str = Field(sa_column=sa.Column(sa.String(320), nullable=False))  # as written
+    # The canonical identity of the recipient's mailbox (campaigns.addresses.mailbox_identity):
+    # what suppression and the one-job-per-mailbox rule compare.
+    mailbox: str = Field(sa_column=sa.Column(sa.String(320), nullable=False))
+    # 0 for the job that holds its mailbox. Only migration 0003 sets 1, 2, … on the extra jobs
+    # an older Herald created for other spellings of one mailbox (kept as history; see 0003).
+    mailbox_dup: int = Field(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
     message_id: str = Field(sa_column=sa.Column(sa.String(400), nullable=False))
     payload: bytes = Field(sa_column=sa.Column(sa.LargeBinary, nullable=False))
     payload_hash: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
@@ -100,7 +119,10 @@ class SendEvent(SQLModel, table=True):
 
 
 class Suppression(SQLModel, table=True):
-    """Addresses that must never be sent to (unsubscribes, hard bounces, manual)."""
+    """Mailboxes that must never be sent to (unsubscribes, hard bounces, manual).
+
+    ``address`` holds the mailbox identity (compared with ``send_job.mailbox``), not a spelling.
+    """
 
     __tablename__ = "suppression"
 

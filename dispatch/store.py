@@ -51,6 +51,10 @@ class NewJob:
     max_send_attempts: int = 5
     max_claims: int = 10
     in_doubt_policy: str = "hold"
+    # The canonical identity of the recipient's mailbox (campaigns.addresses.mailbox_identity),
+    # computed by the caller since dispatch cannot import campaigns. None stands for the
+    # recipient as written (tests and benchmarks that build jobs by hand).
+    mailbox: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,9 @@ def _journalled(update: Any, source: Any, target: str, detail: Any = None) -> sa
 
 
 def _suppressed() -> sa.Exists:
-    return sa.exists().where(suppression.c.address == J.recipient)
+    # On the mailbox identity, never the spelling: a suppressed mailbox stays suppressed
+    # however an audience writes it.
+    return sa.exists().where(suppression.c.address == J.mailbox)
 
 
 def _per_row(values: Mapping[int, Any], type_: Any) -> sa.Case[Any]:
@@ -208,10 +214,15 @@ class OutboxStore:
     def enqueue(
         self, conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool = False
     ) -> int:
-        """Insert jobs, ignoring keys that exist. Returns how many rows were new.
+        """Insert jobs, ignoring any that exist. Returns how many rows were new.
+
+        A job exists when its key does, or when its (campaign, step, occurrence, mailbox) does:
+        jobs an older Herald keyed on another spelling of the same mailbox count as existing.
 
         With ``replace_pending`` (a new campaign version), a job that exists but is still
-        pending gets the new payload; anything claimed or beyond keeps what it had.
+        pending gets the new payload when it is for the same key and the same spelling (so the
+        envelope and the To header always agree, and the first of several spellings in one
+        audience keeps the job); anything claimed or beyond keeps what it had.
         """
         if not jobs:
             return 0
@@ -225,6 +236,7 @@ class OutboxStore:
                 "channel": job.channel,
                 "sender": job.sender,
                 "recipient": job.recipient,
+                "mailbox": job.recipient if job.mailbox is None else job.mailbox,
                 "message_id": job.message_id,
                 "payload": job.payload,
                 "payload_hash": payload_hash(job.payload),
@@ -242,7 +254,9 @@ class OutboxStore:
         insert = (postgresql.insert if self.is_postgres else sqlite.insert)(send_job)
         # executemany: one cached compile, batched by SQLAlchemy's "insertmanyvalues" into
         # multi-row INSERT … RETURNING statements (instead of compiling 19 × N bind params).
-        stmt = insert.on_conflict_do_nothing(index_elements=["key"]).returning(J.id)
+        # No conflict target: both UNIQUE indexes (key, and campaign/step/occurrence/mailbox)
+        # make a row a no-op, whichever one it hits.
+        stmt = insert.on_conflict_do_nothing().returning(J.id)
         inserted = [row.id for row in conn.execute(stmt, values)]
         if replace_pending and len(inserted) < len(values):
             # Only rows nobody has claimed yet take the new version's payload; anything
@@ -251,6 +265,7 @@ class OutboxStore:
                 sa.update(send_job)
                 .where(
                     J.key == sa.bindparam("b_key"),
+                    J.recipient == sa.bindparam("b_recipient"),
                     J.state == State.PENDING.value,
                     J.payload_hash != sa.bindparam("b_hash"),
                 )
@@ -264,6 +279,7 @@ class OutboxStore:
                 [
                     {
                         "b_key": v["key"],
+                        "b_recipient": v["recipient"],
                         "b_hash": v["payload_hash"],
                         "b_payload": v["payload"],
                         "b_not_before": v["not_before"],
@@ -967,10 +983,12 @@ class OutboxStore:
         value: datetime = conn.execute(sa.select(db_now())).scalar_one()
         return value
 
-    def suppress(self, conn: sa.Connection, address: str, reason: str) -> bool:
+    def suppress(self, conn: sa.Connection, mailbox: str, reason: str) -> bool:
+        """Never send to ``mailbox`` again: its canonical identity, which the caller computes
+        (campaigns.suppression). True if it was not suppressed before."""
         insert = (postgresql.insert if self.is_postgres else sqlite.insert)(suppression)
         stmt = (
-            insert.values(address=address, reason=reason)
+            insert.values(address=mailbox, reason=reason)
             .on_conflict_do_nothing(index_elements=["address"])
             .returning(suppression.c.address)
         )

@@ -128,6 +128,7 @@ class VersionStore:
                     "b_from": found.state.value,
                     "b_state": target.value,
                     "b_payload": job.payload,
+                    "b_recipient": job.recipient,
                     "b_hash": digest,
                     "b_not_before": job.not_before,
                     "b_max": job.max_send_attempts,
@@ -141,6 +142,9 @@ class VersionStore:
             .values(
                 state=sa.bindparam("b_state"),
                 payload=sa.bindparam("b_payload"),
+                # One key is one mailbox; the new version may spell it differently, and the
+                # envelope must name what the new payload's To header names.
+                recipient=sa.bindparam("b_recipient"),
                 payload_hash=sa.bindparam("b_hash"),
                 not_before=sa.bindparam("b_not_before", type_=J.not_before.type),
                 max_send_attempts=sa.bindparam("b_max"),

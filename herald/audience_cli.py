@@ -14,7 +14,6 @@ Registered on ``herald.cli.app`` when imported (``herald.cli.main`` imports it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +24,13 @@ from typing import Annotated, Final
 import typer
 from pydantic import ValidationError
 
-from campaigns.audience import Recipient, RowProblem, iter_audience, iter_data_file
+from campaigns.audience import (
+    MailboxDeduper,
+    Recipient,
+    RowProblem,
+    iter_audience,
+    iter_data_file,
+)
 from campaigns.audience_formats import FORMATS, Format
 from campaigns.audience_url import AudienceUnavailable, format_from_path, open_url_audience
 from campaigns.spec import UrlAudience, load_campaign
@@ -51,6 +56,8 @@ class AudienceReport:
     duplicates: int = 0
     invalid: int = 0
     problems: list[tuple[str, str]] = field(default_factory=list)  # (where, reason)
+    # Later rows of a mailbox: (where, where its first row is); sent once, to the first.
+    duplicate_rows: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -59,6 +66,9 @@ class AudienceReport:
             "format": self.format,
             "recipients": self.recipients,
             "duplicates": self.duplicates,
+            "duplicate_rows": [
+                {"where": where, "first": first} for where, first in self.duplicate_rows
+            ],
             "invalid": self.invalid,
             "problems": [{"where": where, "error": error} for where, error in self.problems],
         }
@@ -158,8 +168,7 @@ def _url_audience(url: str, format: Format | None, headers: list[str]) -> UrlAud
 
 
 def _count(rows: Rows, report: AudienceReport) -> None:
-    # 16-byte digests keep the duplicate check small for large audiences.
-    seen: set[bytes] = set()
+    seen = MailboxDeduper()
     for item in rows:
         if isinstance(item, RowProblem):
             report.invalid += 1
@@ -167,10 +176,11 @@ def _count(rows: Rows, report: AudienceReport) -> None:
                 report.problems.append((item.where, item.reason))
             continue
         report.recipients += 1
-        digest = hashlib.blake2b(item.email.encode(), digest_size=16).digest()
-        if digest in seen:
+        first = seen.first_row_of(item)
+        if first is not None:
             report.duplicates += 1
-        seen.add(digest)
+            if len(report.duplicate_rows) < MAX_LISTED:
+                report.duplicate_rows.append((f"{item.where} ({item.email})", first))
 
 
 def _print(report: AudienceReport, as_json: bool) -> None:
@@ -181,6 +191,9 @@ def _print(report: AudienceReport, as_json: bool) -> None:
         err.print(styled(f"{where}: {error}", "red"))
     if report.invalid > len(report.problems):
         err.print(f"… and {report.invalid - len(report.problems)} more")
+    for where, first in report.duplicate_rows:
+        note = f"note: {where}: same mailbox as {first}; sent once, to the first"
+        err.print(note, markup=False)
     kind = f" ({report.format})" if report.format else ""
     out.print(
         f"{report.source}{kind}: {report.recipients} recipient(s), "

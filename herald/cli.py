@@ -155,6 +155,9 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
             "recipients": report.recipients,
             "messages": report.messages,
             "duplicates": report.duplicates,
+            "duplicate_rows": [
+                {"where": where, "first": first} for where, first in report.duplicate_rows
+            ],
             "rejected_rows": report.rejected,
             "problem_count": report.problem_count,
             "problems": [
@@ -174,6 +177,9 @@ def _print_check(report: CheckReport, as_json: bool) -> None:
         err.print(styled(str(p), "red"))
     if report.problem_count > len(report.problems):
         err.print(f"… and {report.problem_count - len(report.problems)} more")
+    for where, first in report.duplicate_rows:
+        note = f"note: {where}: same mailbox as {first}; sent once, to the first"
+        err.print(note, markup=False)
     if report.duplicates:
         err.print(
             f"note: {report.duplicates} duplicate address(es) in the audience; each is sent once"

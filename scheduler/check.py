@@ -15,7 +15,6 @@ fetches the fixed source instead of re-reading the refused list.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from datetime import datetime
 
 from sqlalchemy.engine import Engine
 
-from campaigns.audience import Recipient, RowProblem, iter_audience
+from campaigns.audience import MailboxDeduper, Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from dispatch.egress import EgressDenied, EgressPolicy, check_url
 from scheduler.check_places import SpecPlaces
@@ -82,6 +81,9 @@ class CheckReport:
     recipients: int = 0
     messages: int = 0
     duplicates: int = 0
+    # Later rows of a mailbox already in the audience: not problems, each mailbox is sent once
+    # (to its first row): (where the row is, where the first row of its mailbox is).
+    duplicate_rows: list[tuple[str, str]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     problem_count: int = 0
     # Rows a `strict: false` URL audience rejected: recorded, skipped, not a failure.
@@ -130,8 +132,7 @@ def check_campaign(
     source = url_audience(loaded)
     data_file = places.data_file()
     strict = source is None or source.strict
-    # 16-byte digests: memory per recipient stays small for the duplicate check.
-    seen: set[bytes] = set()
+    seen = MailboxDeduper()
     for item in _audience(loaded, occurrence_at, engine):
         if isinstance(item, RowProblem):
             problem = Problem(item.where, None, item.reason, file=data_file)
@@ -142,11 +143,13 @@ def check_campaign(
             continue
         report.recipients += 1
         if count_duplicates:
-            digest = hashlib.blake2b(item.email.encode(), digest_size=16).digest()
-            if digest in seen:
+            first = seen.first_row_of(item)
+            if first is not None:
                 report.duplicates += 1
+                if len(report.duplicate_rows) < MAX_LISTED_PROBLEMS:
+                    where = f"{item.where} ({item.email})"
+                    report.duplicate_rows.append((where, first))
                 continue
-            seen.add(digest)
         for step in steps:
             try:
                 compose_job(loaded, step, item, occurrence_at)

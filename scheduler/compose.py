@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from campaigns.addresses import mailbox_identity
 from campaigns.audience import Recipient
 from campaigns.spec import LoadedCampaign, StepSpec, WebhookStepSpec
 from dispatch.keys import KeyTuple, message_id
@@ -96,7 +97,11 @@ def compose_job(
 ) -> NewJob:
     """Render one message. Raises TemplateError for this recipient's rendering problem."""
     spec = loaded.spec
-    key_tuple = KeyTuple(spec.name, step.spec.id, occurrence_at, recipient.email)
+    # The key names the mailbox, not the spelling: every spelling of one mailbox gets one key.
+    # For the usual lower-case dot-atom address the identity is the normal form, so those keys
+    # are what they were before identities existed (they are in Message-IDs already sent).
+    mailbox = mailbox_identity(recipient.email)
+    key_tuple = KeyTuple(spec.name, step.spec.id, occurrence_at, mailbox)
     key = key_tuple.key()
     mid = message_id(key, spec.sender.domain())
     not_before = occurrence_at + step.spec.after
@@ -130,7 +135,8 @@ def compose_job(
         occurrence_at=occurrence_at,
         channel=step.spec.channel,
         sender=spec.sender.address,
-        recipient=recipient.email,
+        recipient=recipient.email,  # the recipient's own spelling: RCPT TO and To
+        mailbox=mailbox,
         message_id=mid,
         payload=payload,
         not_before=not_before,
