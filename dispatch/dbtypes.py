@@ -20,6 +20,23 @@ from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import TypeEngine
 
 
+class ForeignText(sa.types.TypeDecorator[str]):
+    """Text that came from outside (a server's reply, a receiver's body, an exception): stored
+    with every NUL shown as the four characters ``\\x00``.
+
+    PostgreSQL refuses NUL in text ("invalid byte sequence"), so a relay that put one in its
+    reply would make recording the outcome fail, again on every attempt; SQLite would keep it
+    and cut the text short in some tools. One type on every such column fixes both, whatever
+    path the value takes to the database.
+    """
+
+    impl = sa.Text()
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else value.replace("\x00", "\\x00")
+
+
 class UtcTimestamp(sa.types.TypeDecorator[datetime]):
     """An aware UTC datetime in Python; ``timestamptz`` on PostgreSQL, epoch REAL on SQLite."""
 

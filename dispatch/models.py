@@ -12,7 +12,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from dispatch.dbtypes import UtcTimestamp, big_id, db_now
+from dispatch.dbtypes import ForeignText, UtcTimestamp, big_id, db_now
 
 
 def _ts(nullable: bool = True, default_now: bool = False) -> sa.Column[datetime]:
@@ -88,13 +88,13 @@ class SendJob(SQLModel, table=True):
     lease_expires_at: datetime | None = Field(default=None, sa_column=_ts())
     send_started_at: datetime | None = Field(default=None, sa_column=_ts())
     outcome_code: int | None = Field(default=None, sa_column=sa.Column(sa.Integer))
-    outcome_text: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    outcome_text: str | None = Field(default=None, sa_column=sa.Column(ForeignText()))
     outcome_at: datetime | None = Field(default=None, sa_column=_ts())
-    in_doubt_reason: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    in_doubt_reason: str | None = Field(default=None, sa_column=sa.Column(ForeignText()))
     in_doubt_policy: str = Field(
         default="hold", sa_column=sa.Column(sa.String(16), nullable=False, default="hold")
     )
-    resolution: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    resolution: str | None = Field(default=None, sa_column=sa.Column(ForeignText()))
     # Set when a new campaign version removed this job's key: its payload must never go out
     # (T4 refuses it; `dead retry` and `in-doubt resolve --resend` will not re-arm it).
     superseded_at: datetime | None = Field(default=None, sa_column=_ts())
@@ -115,7 +115,7 @@ class SendEvent(SQLModel, table=True):
     to_state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))
     at: datetime | None = Field(default=None, sa_column=_ts(default_now=True))
     actor: str = Field(sa_column=sa.Column(sa.String(160), nullable=False))
-    detail: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
+    detail: str | None = Field(default=None, sa_column=sa.Column(ForeignText()))
 
 
 class Suppression(SQLModel, table=True):
@@ -127,7 +127,7 @@ class Suppression(SQLModel, table=True):
     __tablename__ = "suppression"
 
     address: str = Field(sa_column=sa.Column(sa.String(320), primary_key=True))
-    reason: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
+    reason: str = Field(sa_column=sa.Column(ForeignText(), nullable=False))
     created_at: datetime | None = Field(default=None, sa_column=_ts(default_now=True))
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from dispatch.dbtypes import UtcTimestamp, db_now, db_now_plus, seconds, utc
+from dispatch.dbtypes import ForeignText, UtcTimestamp, db_now, db_now_plus, seconds, utc
 from dispatch.models import send_event, send_job, suppression
 from dispatch.states import State
 
@@ -558,7 +558,7 @@ class OutboxStore:
             "state": target.value,
             "updated_at": db_now(),
             "outcome_code": _per_row({c.lease[0]: c.code for c in group}, sa.Integer()),
-            "outcome_text": _per_row({c.lease[0]: c.text for c in group}, sa.Text()),
+            "outcome_text": _per_row({c.lease[0]: c.text for c in group}, ForeignText()),
             "outcome_at": db_now(),
         }
         if target in (State.SENT, State.FAILED, State.PENDING):
@@ -570,7 +570,7 @@ class OutboxStore:
             )
         if target is State.IN_DOUBT:
             values["in_doubt_reason"] = _per_row(
-                {c.lease[0]: c.in_doubt_reason or c.text for c in group}, sa.Text()
+                {c.lease[0]: c.in_doubt_reason or c.text for c in group}, ForeignText()
             )
             values.update(lease_owner=None)
         stmt = (
@@ -596,10 +596,10 @@ class OutboxStore:
             id=sa.BigInteger(),
             token=sa.BigInteger(),
             code=sa.Integer(),
-            text=sa.Text(),
-            detail=sa.Text(),
+            text=ForeignText(),
+            detail=ForeignText(),
             retry_in=sa.Float(),
-            reason=sa.Text(),
+            reason=ForeignText(),
         )
         values: dict[str, Any] = {
             "state": target.value,
