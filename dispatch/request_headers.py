@@ -51,6 +51,23 @@ class HeaderError(ValueError):
     """A header that cannot be sent as written."""
 
 
+# RFC 9110 §5.5: a field value is visible ASCII, space and tab. obs-text (bytes 0x80-0xFF) is
+# obsolete and the HTTP client encodes header text as ASCII, so anything else is refused here,
+# where it gets a clear message, instead of failing inside the client.
+_FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+
+
+def _unsendable(value: str) -> str | None:
+    """Why ``value`` cannot be a header value (without quoting it), or None."""
+    if _FIELD_VALUE.fullmatch(value):
+        return None
+    if any(char in value for char in "\r\n\x00"):
+        return "a line break or NUL"
+    if value.isascii():
+        return "a control character"
+    return "a non-ASCII character (percent-encode it, or use ASCII)"
+
+
 SECRET_PREFIX: Final = "HERALD_SECRET_"
 SECRET_LIST_VARIABLE: Final = "HERALD_SECRET_VARS"
 EXPOSE_HINT: Final = (
@@ -131,8 +148,9 @@ def check_header(name: str, value: str) -> None:
         raise HeaderError(f"invalid header name {name!r}")
     if name.lower() in RESERVED_HEADERS:
         raise HeaderError(f"header {name!r} is set by Herald and cannot be given")
-    if any(char in value for char in "\r\n\x00"):
-        raise HeaderError(f"line break or NUL in the value of header {name!r}")
+    problem = _unsendable(value)
+    if problem is not None:
+        raise HeaderError(f"the value of header {name!r} contains {problem}")
     variables_in(value)
 
 
@@ -166,9 +184,10 @@ def resolve_headers(headers: Mapping[str, str], environ: Mapping[str, str]) -> d
                 raise MissingVariable(piece)
             parts.append(environ[piece])
         text = "".join(parts)
-        if any(char in text for char in "\r\n\x00"):
+        problem = _unsendable(text)
+        if problem is not None:
             # Named without the value: the value is a secret.
-            raise HeaderError(f"the value of header {name!r} contains a line break or NUL")
+            raise HeaderError(f"the value of header {name!r} contains {problem}")
         resolved[name] = text
     return resolved
 

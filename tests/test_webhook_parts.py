@@ -9,7 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from campaigns.audience import Recipient, iter_audience
 from campaigns.spec import load_campaign
@@ -82,6 +85,24 @@ def test_resolution_happens_late_and_names_no_secret() -> None:
         )
     assert "evil" not in str(caught.value)
     assert secret_header_names(headers) == {"authorization", "x-price"}
+
+
+@given(secret=st.text(max_size=40))
+@example(secret="caf\u00e9")
+@example(secret="a\x7fb")
+def test_a_resolved_value_is_refused_unless_the_http_client_can_send_it(secret: str) -> None:
+    """Whatever the environment holds, resolution either refuses it (naming only the header)
+    or yields a value the HTTP client writes unchanged, as one line."""
+    headers = {"Authorization": "Bearer ${HERALD_SECRET_TOKEN}"}
+    try:
+        resolved = resolve_headers(headers, {"HERALD_SECRET_TOKEN": secret})
+    except HeaderError as exc:
+        assert "Authorization" in str(exc)
+        assert len(secret) < 4 or secret not in str(exc)
+        return
+    raw = httpx.Headers(resolved).raw
+    assert raw == [(b"Authorization", f"Bearer {secret}".encode("ascii"))]
+    assert not any(byte < 0x20 and byte != 0x09 for byte in raw[0][1])
 
 
 @pytest.mark.parametrize("name", ["Host", "content-length", "Idempotency-Key", "Connection"])

@@ -167,7 +167,19 @@ def test_webhook_defaults(tmp_path: Path) -> None:
         (
             {"headers": '{X-A: "one\\ntwo"}'},
             "steps[0].headers",
-            "line break or NUL in the value of header 'X-A'",
+            "the value of header 'X-A' contains a line break or NUL",
+            None,
+        ),
+        (
+            {"headers": '{X-A: "caf\u00e9"}'},
+            "steps[0].headers",
+            "the value of header 'X-A' contains a non-ASCII character",
+            None,
+        ),
+        (
+            {"headers": '{X-A: "a\\x07b"}'},
+            "steps[0].headers",
+            "the value of header 'X-A' contains a control character",
             None,
         ),
         ({"headers": "{'Bad Name': x}"}, "steps[0].headers", "invalid header name", None),
