@@ -22,6 +22,8 @@ Proxy environment variables are ignored (``trust_env=False`` and an explicit tra
 would receive the socket instead of the validated address, which makes pinning meaningless.
 
 The only way to reach a non-public address is the operator allowlist (``HERALD_EGRESS_ALLOW``).
+IPv4-mapped answers, and NAT64 ones under a declared prefix (``HERALD_EGRESS_NAT64``), are judged by
+the IPv4 address they carry; every other IPv4-in-IPv6 form is denied (``egress_ranges`` says why).
 
 Decisions not dictated by the issue:
 - DNS failures, empty answers and a DNS timeout are ``EgressError``/``EgressTimeout``, not

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import ssl
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 
@@ -46,6 +47,10 @@ class PinnedNetworkBackend(httpcore.AsyncNetworkBackend):
         addresses = await resolve_validated(host, port, self._policy, self._resolver, url=target)
         failure: httpcore.ConnectError | None = None
         for address in addresses:
+            # An IPv4-mapped answer was judged by its IPv4 address: open an IPv4 socket to
+            # exactly that, so the destination does not depend on the host's dual-stack setup.
+            if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+                address = address.ipv4_mapped
             try:
                 return await self._inner.connect_tcp(
                     str(address),

@@ -7,10 +7,31 @@ Python releases (CVE-2024-4032, gh-117566) and, on 3.11, call ``224.0.0.1``, ``f
 Every verdict names the rule that decided it, so a denial can be explained to an operator
 ("private (10.0.0.0/8)") without anyone re-deriving it.
 
-IPv6 forms that carry an IPv4 address (mapped, compatible, translated, NAT64, 6to4, Teredo) are
-denied outright: whether they reach the embedded IPv4 depends on the network we run in, which we
-cannot see from here. The embedded address is still decoded so the rule can say what it hid, e.g.
-"6to4 (2002::/16) embedding cloud metadata (169.254.169.254: AWS/GCP/Azure)".
+IPv6 forms that carry an IPv4 address are decided per form (ssrf.md §2.2). Two are judged by the
+IPv4 address they carry, because that address IS where the packets end up:
+
+- IPv4-mapped ``::ffff:a.b.c.d`` (RFC 4291 §2.5.5.2) is how a dual-stack socket names an IPv4
+  peer; we connect to ``a.b.c.d`` itself, so the verdict is the verdict for ``a.b.c.d``.
+- NAT64 (RFC 6052/6146) prefixes the operator declares (``nat64_prefixes``; the well-known
+  ``64:ff9b::/96`` or a network-specific /96): on an IPv6-only network the translator forwards to
+  the low 32 bits, so those are judged. Undeclared, ``64:ff9b::/96`` is denied: off such a
+  network, nobody can say where it leads. The local-use block ``64:ff9b:1::/48`` (RFC 8215) has
+  no fixed layout (RFC 6052 §2.2 allows /48 to /96, some with the address split around the
+  u-octet), so it is denied as a whole; an operator using a /96 inside it declares that /96.
+
+The others are denied, naming what they hide when that is itself not public, e.g.
+"6to4 (2002::/16) embedding cloud metadata (169.254.169.254: AWS/GCP/Azure)":
+
+- IPv4-compatible ``::a.b.c.d`` (deprecated, RFC 4291 §2.5.5.1) and IPv4-translated
+  ``::ffff:0:a.b.c.d`` (SIIT, RFC 2765, dropped by RFC 6145): no legitimate DNS answer uses them,
+  and what a host or translator does with them depends on a network we cannot see.
+- 6to4 ``2002::/16`` (RFC 3056, relays deprecated by RFC 7526) and Teredo ``2001::/32`` (RFC 4380):
+  the embedded address is a tunnel endpoint (a site's border router, a NAT), not the final host,
+  so a public embedded address proves nothing about where the packets are delivered.
+- ISATAP (RFC 5214): an interface identifier ``0:5efe:a.b.c.d`` (u/g bits aside) inside an
+  otherwise public prefix. Where ISATAP runs, the site's router tunnels it to ``a.b.c.d`` in
+  *that* site — ours, if the prefix is ours, which we cannot tell — so it is denied when
+  ``a.b.c.d`` is not public; with a public ``a.b.c.d`` it stays an ordinary public address.
 """
 
 from __future__ import annotations
@@ -66,17 +87,25 @@ _IPV4_DENIED: Final[tuple[tuple[ipaddress.IPv4Network, str], ...]] = tuple(
 _UNSPECIFIED_V6: Final = ipaddress.IPv6Address("::")
 _LOOPBACK_V6: Final = ipaddress.IPv6Address("::1")
 
-# Blocks whose low 32 bits are an IPv4 address. ::/96 (compatible) also holds :: and ::1, which
-# get their own, clearer rules before this table is consulted.
-_IPV6_EMBEDDING_LOW32: Final[tuple[tuple[ipaddress.IPv6Network, str], ...]] = tuple(
-    (ipaddress.IPv6Network(cidr), label)
-    for cidr, label in (
-        ("::ffff:0:0/96", "IPv4-mapped"),
-        ("::ffff:0:0:0/96", "IPv4-translated"),
-        ("64:ff9b::/96", "NAT64"),
-        ("::/96", "IPv4-compatible"),
+IPV4_MAPPED: Final = ipaddress.IPv6Network("::ffff:0:0/96")
+WELL_KNOWN_NAT64: Final = ipaddress.IPv6Network("64:ff9b::/96")
+
+# Denied blocks whose low 32 bits are an IPv4 address. ::/96 (compatible) also holds :: and ::1,
+# which get their own, clearer rules before this table is consulted. The third field says why a
+# PUBLIC embedded address is denied too; None when the form itself says it.
+_IPV6_EMBEDDING_LOW32: Final[tuple[tuple[ipaddress.IPv6Network, str, str | None], ...]] = tuple(
+    (ipaddress.IPv6Network(cidr), label, why)
+    for cidr, label, why in (
+        ("::ffff:0:0:0/96", "IPv4-translated", None),
+        ("64:ff9b::/96", "NAT64", "not enabled (HERALD_EGRESS_NAT64)"),
+        ("::/96", "IPv4-compatible", None),
     )
 )
+
+# RFC 5214 §6.1: the interface identifier 0000:5efe (0200:5efe when the IPv4 is global) followed
+# by the IPv4 address; the mask ignores the u/g bits so no spelling slips through.
+_ISATAP_MASK: Final = 0xFCFFFFFF
+_ISATAP_ID: Final = 0x00005EFE
 
 _TEREDO: Final = ipaddress.IPv6Network("2001::/32")
 _SIX_TO_FOUR: Final = ipaddress.IPv6Network("2002::/16")
@@ -84,8 +113,9 @@ _SIX_TO_FOUR: Final = ipaddress.IPv6Network("2002::/16")
 _IPV6_DENIED: Final[tuple[tuple[ipaddress.IPv6Network, str], ...]] = tuple(
     (ipaddress.IPv6Network(cidr), label)
     for cidr, label in (
-        # The local-use NAT64 prefix may carry the IPv4 at several offsets (RFC 6052 §2.2),
-        # so there is no single embedded address to report: deny the block as a whole.
+        # The local-use NAT64 prefix (RFC 8215) may carry the IPv4 at several offsets (RFC 6052
+        # §2.2), so there is no single embedded address to judge: deny the block as a whole. A
+        # declared /96 inside it is judged before this table is reached.
         ("64:ff9b:1::/48", "NAT64 local-use"),
         ("100::/64", "discard-only"),
         ("2001:2::/48", "benchmarking"),
@@ -104,11 +134,36 @@ _IPV6_DENIED: Final[tuple[tuple[ipaddress.IPv6Network, str], ...]] = tuple(
 _GLOBAL_UNICAST_V6: Final = ipaddress.IPv6Network("2000::/3")
 
 
-def classify_address(ip: IPAddress) -> Verdict:
-    """Allow only public unicast; otherwise name the first rule that denies ``ip``."""
+NAT64Prefixes = tuple[ipaddress.IPv6Network, ...]
+
+
+def classify_address(ip: IPAddress, nat64_prefixes: NAT64Prefixes = ()) -> Verdict:
+    """Allow only public unicast; otherwise name the first rule that denies ``ip``.
+
+    ``nat64_prefixes`` are the /96 NAT64 prefixes the operator declared: addresses inside them
+    are judged by the IPv4 address they carry, like IPv4-mapped ones always are.
+    """
     if isinstance(ip, ipaddress.IPv4Address):
         return _classify_v4(ip)
-    return _classify_v6(ip)
+    return _classify_v6(ip, nat64_prefixes)
+
+
+def embedded_destination(
+    ip: ipaddress.IPv6Address, nat64_prefixes: NAT64Prefixes = ()
+) -> tuple[str, ipaddress.IPv4Address] | None:
+    """The IPv4 address that is the real destination of ``ip``, with the form that carried it.
+
+    Only IPv4-mapped addresses and declared NAT64 prefixes qualify (see the module docstring);
+    every other embedding is a tunnel or a translation we cannot see, and yields ``None``.
+    """
+    if ip.scope_id is not None:
+        return None
+    if ip in IPV4_MAPPED:
+        return f"IPv4-mapped ({IPV4_MAPPED})", _low32(ip)
+    for prefix in nat64_prefixes:
+        if ip in prefix:
+            return f"NAT64 ({prefix})", _low32(ip)
+    return None
 
 
 def _denied(rule: str) -> Verdict:
@@ -130,7 +185,7 @@ def _classify_v4(ip: ipaddress.IPv4Address) -> Verdict:
     return Verdict(allowed=True, rule=PUBLIC_UNICAST)
 
 
-def _classify_v6(ip: ipaddress.IPv6Address) -> Verdict:
+def _classify_v6(ip: ipaddress.IPv6Address, nat64_prefixes: NAT64Prefixes) -> Verdict:
     # A zone id pins the address to one local interface: never a public destination.
     if ip.scope_id is not None:
         return _denied(f"IPv6 zone id (%{ip.scope_id})")
@@ -142,9 +197,14 @@ def _classify_v6(ip: ipaddress.IPv6Address) -> Verdict:
     metadata = _metadata_rule(ip)
     if metadata is not None:
         return _denied(metadata)
-    for network, label in _IPV6_EMBEDDING_LOW32:
+    carried = embedded_destination(ip, nat64_prefixes)
+    if carried is not None:
+        form, embedded = carried
+        inner = _classify_v4(embedded)
+        return inner if inner.allowed else _denied(f"{form} embedding {inner.rule}")
+    for network, label, why in _IPV6_EMBEDDING_LOW32:
         if ip in network:
-            return _embedding(f"{label} ({network})", _low32(ip))
+            return _embedding(f"{label} ({network})", _low32(ip), why)
     if ip in _TEREDO:
         # RFC 4380 §4: the client's IPv4 is stored inverted in the last 32 bits.
         return _embedding(f"Teredo ({_TEREDO})", ipaddress.IPv4Address(~int(ip) & 0xFFFFFFFF))
@@ -157,6 +217,10 @@ def _classify_v6(ip: ipaddress.IPv6Address) -> Verdict:
             return _denied(f"{label} ({network})")
     if ip not in _GLOBAL_UNICAST_V6:
         return _denied(f"not global unicast (outside {_GLOBAL_UNICAST_V6})")
+    if (int(ip) >> 32) & _ISATAP_MASK == _ISATAP_ID:
+        inner = _classify_v4(_low32(ip))
+        if not inner.allowed:
+            return _denied(f"ISATAP (interface id 0:5efe:w.x.y.z) embedding {inner.rule}")
     return Verdict(allowed=True, rule=PUBLIC_UNICAST)
 
 
@@ -164,9 +228,9 @@ def _low32(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
 
 
-def _embedding(form: str, embedded: ipaddress.IPv4Address) -> Verdict:
+def _embedding(form: str, embedded: ipaddress.IPv4Address, why: str | None = None) -> Verdict:
     """Deny an IPv4-carrying form, naming what it hid when that is itself not public."""
     inner = _classify_v4(embedded)
     if inner.allowed:
-        return _denied(form)
+        return _denied(form if why is None else f"{form} {why}")
     return _denied(f"{form} embedding {inner.rule}")

@@ -12,6 +12,9 @@ import pytest
 
 from dispatch.egress_ranges import _IPV4_DENIED, PUBLIC_UNICAST, classify_address
 
+ISATAP = "ISATAP (interface id 0:5efe:w.x.y.z)"
+AWS_METADATA = "cloud metadata (169.254.169.254: AWS/GCP/Azure)"
+
 DENIED: list[tuple[str, str]] = [
     # IPv4 ranges
     ("0.0.0.0", "this network (0.0.0.0/8)"),
@@ -66,14 +69,19 @@ DENIED: list[tuple[str, str]] = [
     ("4000::1", "not global unicast (outside 2000::/3)"),
     ("1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "not global unicast (outside 2000::/3)"),
     ("fe80::1%eth0", "IPv6 zone id (%eth0)"),
-    # IPv6 forms embedding IPv4: denied outright, naming what they hide
+    # IPv6 forms embedding IPv4. Mapped (and declared NAT64) addresses are judged by the IPv4
+    # they carry; every other form is denied, naming what it hides.
     ("::ffff:127.0.0.1", "IPv4-mapped (::ffff:0:0/96) embedding loopback (127.0.0.0/8)"),
     ("::ffff:7f00:1", "IPv4-mapped (::ffff:0:0/96) embedding loopback (127.0.0.0/8)"),
     (
         "::ffff:169.254.169.254",
         "IPv4-mapped (::ffff:0:0/96) embedding cloud metadata (169.254.169.254: AWS/GCP/Azure)",
     ),
-    ("::ffff:8.8.8.8", "IPv4-mapped (::ffff:0:0/96)"),
+    ("::ffff:10.0.0.1", "IPv4-mapped (::ffff:0:0/96) embedding private (10.0.0.0/8)"),
+    ("::ffff:0.0.0.0", "IPv4-mapped (::ffff:0:0/96) embedding this network (0.0.0.0/8)"),
+    ("::ffff:8.8.8.8%eth0", "IPv6 zone id (%eth0)"),
+    ("::8.8.8.8", "IPv4-compatible (::/96)"),
+    ("::ffff:0:808:808", "IPv4-translated (::ffff:0:0:0/96)"),
     ("::127.0.0.1", "IPv4-compatible (::/96) embedding loopback (127.0.0.0/8)"),
     ("::10.0.0.1", "IPv4-compatible (::/96) embedding private (10.0.0.0/8)"),
     ("::ffff:0:7f00:1", "IPv4-translated (::ffff:0:0:0/96) embedding loopback (127.0.0.0/8)"),
@@ -82,7 +90,7 @@ DENIED: list[tuple[str, str]] = [
         "64:ff9b::a9fe:a9fe",
         "NAT64 (64:ff9b::/96) embedding cloud metadata (169.254.169.254: AWS/GCP/Azure)",
     ),
-    ("64:ff9b::808:808", "NAT64 (64:ff9b::/96)"),
+    ("64:ff9b::808:808", "NAT64 (64:ff9b::/96) not enabled (HERALD_EGRESS_NAT64)"),
     ("64:ff9b:1::a9fe:a9fe", "NAT64 local-use (64:ff9b:1::/48)"),
     # Only 64:ff9b:1::/48 is the local-use prefix, but 64:ff9b:1:1::1 is inside it.
     ("64:ff9b:1:1::1", "NAT64 local-use (64:ff9b:1::/48)"),
@@ -103,6 +111,11 @@ DENIED: list[tuple[str, str]] = [
     ),
     ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "Teredo (2001::/32)"),
     ("2001:2::1", "benchmarking (2001:2::/48)"),  # next to, not inside, the Teredo block
+    # ISATAP interface ids (RFC 5214) in a public prefix: denied when the IPv4 is not public
+    ("2a00:1450:1:2:0:5efe:a00:1", f"{ISATAP} embedding private (10.0.0.0/8)"),
+    ("2a00:1450:1:2:200:5efe:7f00:1", f"{ISATAP} embedding loopback (127.0.0.0/8)"),
+    ("2a00:1450:1:2:300:5efe:a9fe:a9fe", f"{ISATAP} embedding {AWS_METADATA}"),
+    ("fe80::5efe:808:808", "link-local (fe80::/10)"),  # the outer rule decides first
 ]
 
 ALLOWED: list[str] = [
@@ -147,6 +160,14 @@ ALLOWED: list[str] = [
     "3ffe:ffff::1",
     "3fff:1000::1",
     "2a00:1450:4001::1",
+    # IPv4-mapped answers carry a public IPv4: as public as that address
+    "::ffff:8.8.8.8",
+    "::ffff:1.0.0.0",
+    "::ffff:223.255.255.255",
+    # ISATAP with a public IPv4, and an identifier that only resembles ISATAP
+    "2a00:1450:1:2:200:5efe:808:808",
+    "2a00:1450:1:2:400:5efe:a00:1",
+    "2a00:1450:1:2:0:5eff:a00:1",
 ]
 
 
