@@ -740,7 +740,13 @@ class OutboxStore:
     def release_claims(
         self, conn: sa.Connection, leases: Sequence[Lease], *, actor: str
     ) -> set[int]:
-        """Give unstarted claims back at once (graceful shutdown), guarded by token."""
+        """Give unstarted claims back at once (graceful shutdown, or a transport that cannot
+        be used as configured), guarded by token.
+
+        The claim is not counted: ``claims`` limits jobs that keep killing the workers that
+        claim them (poison), and a job handed back untried has done nothing of the sort.
+        Counted, ten runs of a worker with a wrong relay setting would dead-letter every job.
+        """
         if not leases:
             return set()
         stmt = (
@@ -748,6 +754,7 @@ class OutboxStore:
             .where(_leases_in(leases), J.state == State.CLAIMED.value)
             .values(
                 state=State.PENDING.value,
+                claims=J.claims - 1,
                 lease_owner=None,
                 lease_expires_at=None,
                 updated_at=db_now(),

@@ -106,8 +106,11 @@ def test_credentials_without_starttls_are_refused_before_anything_is_sent(
     launched: str,
 ) -> None:
     with AuthSMTPServer(tls=None) as server:
-        result = run_worker(launched, url(server))
-        assert result.exit_code == 2, result.output
+        # More runs than a job's max_claims (10): a refused run must not use up its claims,
+        # or the jobs would end as dead letters without ever being tried.
+        for _ in range(11):
+            result = run_worker(launched, url(server))
+            assert result.exit_code == 2, result.output
         assert "refusing to send the SMTP password" in result.output
         assert "insecure_auth=true" in result.output  # the hint names the way out
         assert "Traceback" not in result.output
@@ -118,6 +121,10 @@ def test_credentials_without_starttls_are_refused_before_anything_is_sent(
     assert len(rows) == MESSAGES
     # Not an attempt, nothing in doubt: every job is as it was, ready for a fixed worker.
     assert {(r.state, r.send_attempts, r.outcome_text) for r in rows} == {("pending", 0, None)}
+    with AuthSMTPServer(tls=None) as server:  # the operator fixes the setting: all are sent
+        fixed = run_worker(launched, url(server, "?insecure_auth=true"))
+        assert fixed.exit_code == 0, fixed.output
+        assert len(server.messages()) == MESSAGES
 
 
 def test_insecure_auth_true_allows_auth_in_clear(launched: str) -> None:
