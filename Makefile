@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy tests
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -80,7 +80,8 @@ def test_validate_names_each_duplicate_row_and_the_row_it_repeats(tmp_path: Path
 
     result = CliRunner().invoke(app, ["validate", str(path), "--json"])
     report = json.loads(result.stdout)
-    assert report["recipients"] == 4 and report["messages"] == 2
+    assert report["recipients"] == 4
+    assert report["messages"] == 2
     assert report["duplicates"] == 2
     assert report["duplicate_rows"] == [
         {"where": 'line 3 ("dup"@y.example)', "first": "line 2"},

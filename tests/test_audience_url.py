@@ -249,7 +249,8 @@ def test_non_strict_audience_launches_valid_rows_and_records_rejects(
     with engine.connect() as conn:
         fetch = store.get(conn, "crm", LAUNCH)
         rejects = store.rejects(conn, "crm", LAUNCH, limit=10)
-    assert fetch is not None and (fetch.row_count, fetch.reject_count) == (6, 2)
+    assert fetch is not None
+    assert (fetch.row_count, fetch.reject_count) == (6, 2)
     assert rejects == [
         (3, "invalid address 'bob@': domain is empty"),
         (6, "row has 2 fields but the header has 3"),
@@ -395,7 +396,8 @@ def test_unknown_format_asks_for_one(
         allow_local(server)
         with pytest.raises(AudienceError, match="cannot tell the audience's format") as caught:
             list(iter_audience(url_campaign(tmp_path / "a", server.url("/export"))))
-        assert caught.value.hint is not None and "csv, json or ndjson" in caught.value.hint
+        assert caught.value.hint is not None
+        assert "csv, json or ndjson" in caught.value.hint
         explicit = url_campaign(tmp_path / "b", server.url("/export"), ", format: csv")
         assert [r.email for r in iter_audience(explicit) if isinstance(r, Recipient)] == [
             "a@example.com"

@@ -40,11 +40,14 @@ def test_elements_split_across_reads_parse_the_same() -> None:
     text = json.dumps(people, indent=1)
     assert rows(text) == rows(text, trickle=False)
     first, second, third = rows(text)
-    assert isinstance(first, Recipient) and first.variables["n"] == "12345"
+    assert isinstance(first, Recipient)
+    assert first.variables["n"] == "12345"
     assert first.variables["note"] == 'has "quotes", [brackets] and {braces}'
-    assert isinstance(second, Recipient) and second.variables["score"] == "-1500.0"
+    assert isinstance(second, Recipient)
+    assert second.variables["score"] == "-1500.0"
     assert second.variables["ok"] == "false"
-    assert isinstance(third, Recipient) and (third.name, third.line, third.unit) == (
+    assert isinstance(third, Recipient)
+    assert (third.name, third.line, third.unit) == (
         "Ünïcødé",
         3,
         "element",

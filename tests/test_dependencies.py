@@ -82,7 +82,8 @@ def test_pins_and_floors_clear_known_advisories() -> None:
         canonicalize_name(Requirement(spec).name): Requirement(spec).specifier
         for spec in project["dependencies"]
     }
-    for name, safe in FLOORS.items():
+    for raw_name, safe in FLOORS.items():
+        name = canonicalize_name(raw_name)
         assert locked[name] >= Version(safe), name
         lowest_allowed = min(
             (Version(spec.version) for spec in floors[name] if spec.operator == ">="),

@@ -17,9 +17,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
-import herald.audience_cli  # registers `herald audience` on the app
 from dispatch.egress import EgressClient, EgressDenied, EgressPolicy
 from dispatch.egress_ranges import _IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
+from herald import audience_cli  # noqa: F401 - registers its commands on the app
 from herald.cli import app
 from tests.egress_support.connector import RecordingBackend
 from tests.egress_support.resolver import FakeResolver
@@ -228,7 +228,8 @@ def test_a_mapped_answer_connects_to_the_ipv4_it_was_judged_by() -> None:
 
 def test_a_mapped_private_answer_is_denied_unless_allowlisted() -> None:
     connects, denied = _fetch("https://mapped-private.test/", EgressPolicy())
-    assert connects == [] and denied is not None
+    assert connects == []
+    assert denied is not None
     assert denied.rule == f"{MAPPED} embedding private (10.0.0.0/8)"
     listed = EgressPolicy(allow_cidrs=(ipaddress.ip_network("10.0.0.0/8"),))
     assert _fetch("https://mapped-private.test/", listed) == (["10.0.0.1"], None)
@@ -236,18 +237,21 @@ def test_a_mapped_private_answer_is_denied_unless_allowlisted() -> None:
 
 def test_any_private_mapped_answer_denies_the_whole_lookup() -> None:
     connects, denied = _fetch("https://dual-mapped.test/", EgressPolicy())
-    assert connects == [] and denied is not None
+    assert connects == []
+    assert denied is not None
     assert denied.rule == f"{MAPPED} embedding loopback (127.0.0.0/8)"
 
 
 def test_nat64_is_allowed_only_by_the_operator_option() -> None:
     connects, denied = _fetch("https://nat64-public.test/", EgressPolicy())
-    assert connects == [] and denied is not None
+    assert connects == []
+    assert denied is not None
     assert denied.rule == f"{NAT64} not enabled (HERALD_EGRESS_NAT64)"
     # Through the translator: the socket goes to the IPv6 address, the only way to reach it.
     assert _fetch("https://nat64-public.test/", NAT64_POLICY) == (["64:ff9b::808:808"], None)
     connects, denied = _fetch("https://nat64-metadata.test/", NAT64_POLICY)
-    assert connects == [] and denied is not None
+    assert connects == []
+    assert denied is not None
     assert denied.rule == f"{NAT64} embedding cloud metadata (169.254.169.254: AWS/GCP/Azure)"
 
 
@@ -264,7 +268,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHTTPServer]:
         yield local
 
 
-def herald(*args: str) -> Result:
+def run_herald(*args: str) -> Result:
     result = CliRunner().invoke(app, list(args))
     assert "Traceback" not in result.output, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
@@ -275,12 +279,12 @@ def test_cli_mapped_loopback_is_denied_and_the_allowlist_admits_it(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = server.url("/a.csv", host="[::ffff:127.0.0.1]")
-    result = herald("audience", "check", url)
+    result = run_herald("audience", "check", url)
     assert result.exit_code == 2, result.output
     assert "IPv4-mapped (::ffff:0:0/96) embedding loopback (127.0.0.0/8)" in result.output
     assert server.requests == []
     monkeypatch.setenv("HERALD_EGRESS_ALLOW", "127.0.0.1/32")
-    result = herald("audience", "check", url)
+    result = run_herald("audience", "check", url)
     assert result.exit_code == 0, result.output
     assert "1 recipient(s)" in result.output
     assert [request.peer for request in server.requests] == ["127.0.0.1"]
@@ -290,7 +294,7 @@ def test_cli_nat64_of_loopback_is_denied_even_with_nat64_enabled(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERALD_EGRESS_NAT64", "1")
-    result = herald("audience", "check", server.url("/a.csv", host="[64:ff9b::127.0.0.1]"))
+    result = run_herald("audience", "check", server.url("/a.csv", host="[64:ff9b::127.0.0.1]"))
     assert result.exit_code == 2, result.output
     assert "NAT64 (64:ff9b::/96) embedding loopback (127.0.0.0/8)" in result.output
     assert server.requests == []
@@ -300,7 +304,7 @@ def test_cli_rejects_a_malformed_nat64_setting_in_one_line(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERALD_EGRESS_NAT64", "64:ff9b::/64")
-    result = herald("audience", "check", server.url("/a.csv"))
+    result = run_herald("audience", "check", server.url("/a.csv"))
     assert result.exit_code == 2, result.output
     assert "HERALD_EGRESS_NAT64: '64:ff9b::/64' is not 1, 0 or an IPv6 /96 prefix" in result.output
     assert server.requests == []

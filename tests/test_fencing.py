@@ -101,7 +101,8 @@ def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
         assert store.settle_unstartable(conn, [job.lease], actor="zombie") == {}
         events = store.events(conn, [job.id])
     assert [e.actor for e in events if e.token == job.token] == ["zombie", "test-recovery"]
-    assert events[-1].to_state == "sent" and events[-1].token == job.token + 1
+    assert events[-1].to_state == "sent"
+    assert events[-1].token == job.token + 1
 
 
 def _new_job(key: str, when: datetime) -> NewJob:
@@ -152,7 +153,8 @@ def test_recovery_ignores_a_live_lease_however_old_the_job(engine: Engine) -> No
     with engine.begin() as conn:
         report = store.recover(conn, grace_seconds=0, actor="r")
         state = conn.execute(sa.select(send_job.c.state)).scalar_one()
-    assert report.in_doubt == 1 and state == "in_doubt"
+    assert report.in_doubt == 1
+    assert state == "in_doubt"
 
 
 def test_t4_refuses_when_too_little_lease_is_left(engine: Engine) -> None:

@@ -48,7 +48,8 @@ def test_launch_creates_the_database_and_its_wal_and_shm_0600(tmp_path: Path) ->
         assert connection.execute("pragma journal_mode").fetchone() == ("wal",)
         connection.execute("update campaign set status = status")
         wal, shm = Path(f"{db}-wal"), Path(f"{db}-shm")
-        assert wal.exists() and shm.exists()
+        assert wal.exists()
+        assert shm.exists()
         assert (mode(wal), mode(shm)) == (0o600, 0o600)
     finally:
         connection.close()
@@ -66,7 +67,8 @@ def test_a_rollback_journal_is_0600_too(tmp_path: Path) -> None:
         assert connection.execute("pragma journal_mode=persist").fetchone() == ("persist",)
         connection.execute("create table scratch (x)")
         journal = Path(f"{db}-journal")
-        assert journal.exists() and mode(journal) == 0o600
+        assert journal.exists()
+        assert mode(journal) == 0o600
     finally:
         connection.close()
 
@@ -101,4 +103,5 @@ def test_sink_messages_are_0600(tmp_path: Path) -> None:
     with start_sink(maildir, port=0) as sink:
         asyncio.run(send(sink.port))
     stored = list((maildir / "new").iterdir())
-    assert len(stored) == 1 and mode(stored[0]) == 0o600
+    assert len(stored) == 1
+    assert mode(stored[0]) == 0o600

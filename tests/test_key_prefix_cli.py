@@ -125,7 +125,8 @@ def test_an_ambiguous_prefix_is_refused_and_lists_matches(
         result = cli(db_url, *command[:2], SHARED, *command[2:])
         assert result.exit_code == 2, result.output
         assert "ambiguous" in result.stderr
-        assert keys["doubt1"][:16] in result.stderr and keys["doubt2"][:16] in result.stderr
+        assert keys["doubt1"][:16] in result.stderr
+        assert keys["doubt2"][:16] in result.stderr
     # One good key and one ambiguous prefix: nothing at all is done.
     result = cli(db_url, "in-doubt", "resolve", keys["doubt1"], SHARED, "--as", "sent")
     assert result.exit_code == 2
@@ -158,7 +159,8 @@ def test_exact_keys_and_unique_prefixes_in_any_case_act_on_one_job(
     assert states == {keys["doubt1"]: "sent", keys["doubt2"]: "failed", keys["dead1"]: "pending"}
     # A key that names a job in another state is still "not in doubt", exit 1, as before.
     again = cli(db_url, "in-doubt", "resolve", keys["doubt1"], "--as", "failed")
-    assert again.exit_code == 1 and "not in doubt" in again.stderr
+    assert again.exit_code == 1
+    assert "not in doubt" in again.stderr
 
 
 _VALID = re.compile(r"[0-9a-f]{8,64}")

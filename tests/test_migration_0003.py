@@ -241,4 +241,5 @@ def test_a_relaunch_after_upgrade_adds_no_job_for_a_mailbox_an_old_key_covers(
     assert mailboxes == ["b@x.example", "user@example.com"]
     assert after[old].key == old_key("relaunch", "s", "User@example.com")
     again = materialise(bare_engine, loaded, OCCURRENCE)
-    assert again.new_jobs == 0 and len(jobs(bare_engine)) == 2
+    assert again.new_jobs == 0
+    assert len(jobs(bare_engine)) == 2

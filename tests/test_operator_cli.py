@@ -355,13 +355,16 @@ def test_in_doubt_list_shows_exactly_the_in_doubt_jobs_with_reasons(
 
     human = ok(db_url, "in-doubt", "list").stdout
     for job, reason in ((a1, "timeout after DATA"), (a2, "connection reset"), (b1, "worker")):
-        assert job.key[:16] in human and reason in human, human
+        assert job.key[:16] in human, human
+        assert reason in human, human
     for key in others:
         assert key[:16] not in human, human
     assert "3 job(s)" in human, human
 
     beta = ok(db_url, "in-doubt", "list", "--campaign", "beta").stdout
-    assert b1.key[:16] in beta and a1.key[:16] not in beta and a2.key[:16] not in beta, beta
+    assert b1.key[:16] in beta, beta
+    assert a1.key[:16] not in beta, beta
+    assert a2.key[:16] not in beta, beta
     assert "1 job(s)" in beta, beta
     assert "no in-doubt jobs" in ok(db_url, "in-doubt", "list", "--campaign", "nope").stdout
 
@@ -531,7 +534,8 @@ def test_dead_list_and_retry_rearm_with_fresh_budgets(db_url: str, engine: Engin
         assert key[:16] in human, human
     for key in alive:
         assert key[:16] not in human, human
-    assert "5.1.1 no such user" in human and "3 job(s)" in human, human
+    assert "5.1.1 no such user" in human, human
+    assert "3 job(s)" in human, human
 
     # One job by its 16-character prefix.
     result = ok(db_url, "dead", "retry", bounced.key[:16])
@@ -560,7 +564,8 @@ def test_dead_list_and_retry_rearm_with_fresh_budgets(db_url: str, engine: Engin
         # Fresh budgets: the job's whole original allowance is available again.
         assert r.max_send_attempts - r.send_attempts == max_sends
         assert r.max_claims - r.claims == max_claims
-        assert r.max_send_attempts > r.send_attempts and r.max_claims > r.claims
+        assert r.max_send_attempts > r.send_attempts
+        assert r.max_claims > r.claims
         last = events(engine, job.id)[-1]
         assert (last.from_state, last.to_state, last.actor, last.detail) == (
             "failed",

@@ -19,7 +19,7 @@ from herald.settings import Settings, parse_database_url, parse_smtp_url
 # and a leaked *piece* of one (its start) is still caught by looking for the first marker.
 START, END = "ZqX", "QjZ"
 _PIECE = st.one_of(
-    st.characters(exclude_categories=("Cs",)),
+    st.characters(exclude_categories=["Cs"]),
     st.sampled_from(list(":/?#[]@!$&'()*+,;=% \r\n\x00\"\\<>{}`^|~")),
     st.sampled_from(["%40", "%2F", "%25", "=?utf-8?q?x?=", "[/]", "[red]", "é", "密"]),
 )
@@ -131,7 +131,8 @@ def test_malformed_smtp_urls_are_config_errors_without_the_password(
     try:
         parse_smtp_url(url)
     except ConfigError as exc:
-        assert exc.exit_code == 2 and exc.hint
+        assert exc.exit_code == 2
+        assert exc.hint
         assert not leaks(exc.message + exc.hint, secret), exc.message
         assert "\n" not in exc.message
     # A raw secret can make a different, valid URL: then nothing is printed at all.
@@ -152,7 +153,8 @@ def test_malformed_database_urls_are_config_errors_without_the_password(
     try:
         parse_database_url(url)
     except ConfigError as exc:
-        assert exc.exit_code == 2 and exc.hint
+        assert exc.exit_code == 2
+        assert exc.hint
         assert not leaks(exc.message + exc.hint, secret), exc.message
 
 

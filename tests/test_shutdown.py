@@ -93,7 +93,8 @@ def test_sigterm_finishes_started_sends_and_releases_the_rest(
         server.stop()
 
     counts = states(engine)
-    assert counts["claimed"] == 0 and counts["sending"] == 0
+    assert counts["claimed"] == 0
+    assert counts["sending"] == 0
     # Every message the server stored was a started send that was allowed to finish.
     accepted = server.accepted_ids()
     assert counts["sent"] == len(accepted) >= 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import mailbox
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -59,9 +60,9 @@ def make_message(message_id: str = "<0123abcd@sender.test>", subject: str = "Hel
     ).encode() + "Hi Ada,\r\n.a line starting with a dot\r\ncafé\r\n".encode()
 
 
-async def open_client(port: int, *, timeout: float = DEADLINE) -> SMTP:
+async def open_client(port: int) -> SMTP:
     # local_hostname given so the client does not look up its FQDN.
-    client = SMTP(hostname=HOST, port=port, local_hostname="client.test", timeout=timeout)
+    client = SMTP(hostname=HOST, port=port, local_hostname="client.test", timeout=DEADLINE)
     await client.connect()
     await client.ehlo()
     return client
@@ -211,7 +212,7 @@ def test_format_sinked_is_one_line() -> None:
         mail_from=SENDER,
         rcpt_tos=(RECIPIENT, "bob@example.test"),
         subject="Hello there",
-        path=Path("/tmp/x"),
+        path=Path("maildir/new/x"),
         size=123,
     )
     line = format_sinked(message, at=0.0)
@@ -389,9 +390,18 @@ def test_first_451_through_the_server_then_accepted(tmp_path: Path) -> None:
         assert server.accepted_ids() == [MESSAGE_ID]
 
 
-@pytest.mark.parametrize("spec", ["nonsense:0.1", "451", "451:1.5", "451:0.6,550:0.6", "seed=x"])
-def test_bad_fault_specs_are_rejected(spec: str) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("nonsense:0.1", "unknown fault"),
+        ("451", "is not <fault>:<probability>"),
+        ("451:1.5", "must be in"),
+        ("451:0.6,550:0.6", "sum to <= 1"),
+        ("seed=x", "invalid literal"),
+    ],
+)
+def test_bad_fault_specs_are_rejected(spec: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(reason)):
         fault_plan_from_spec(spec)
 
 

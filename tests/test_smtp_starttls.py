@@ -6,7 +6,6 @@ Herald's job.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,12 +45,12 @@ def trusted(ca: trustme.CA, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def launched(tmp_path: Path) -> Iterator[str]:
+def launched(tmp_path: Path) -> str:
     path, _ = write_campaign(tmp_path / "campaign", recipients=2)
     db = f"sqlite:///{tmp_path / 'herald.db'}"
     result = CliRunner().invoke(app, ["launch", str(path), "--database-url", db])
     assert result.exit_code == 0, result.output
-    yield db
+    return db
 
 
 def run_worker(db: str, smtp_url: str, env: dict[str, str] | None = None) -> Result:
@@ -99,7 +98,8 @@ def test_starttls_is_used_when_offered_even_without_credentials(
         result = run_worker(launched, url(server, credentials=False), trusted)
         assert result.exit_code == 0, result.output
         mails = [c for c in server.commands() if c.command == "MAIL"]
-        assert len(mails) == MESSAGES and all(c.tls for c in mails)
+        assert len(mails) == MESSAGES
+        assert all(c.tls for c in mails)
 
 
 def test_credentials_without_starttls_are_refused_before_anything_is_sent(
@@ -114,8 +114,10 @@ def test_credentials_without_starttls_are_refused_before_anything_is_sent(
         assert "refusing to send the SMTP password" in result.output
         assert "insecure_auth=true" in result.output  # the hint names the way out
         assert "Traceback" not in result.output
-        assert PASSWORD not in result.output and encoded(PASSWORD) not in result.output
-        assert server.auths() == [] and server.messages() == []
+        assert PASSWORD not in result.output
+        assert encoded(PASSWORD) not in result.output
+        assert server.auths() == []
+        assert server.messages() == []
         assert [c.command for c in server.commands()] == []  # no AUTH, no MAIL
     rows = job_rows(launched)
     assert len(rows) == MESSAGES
@@ -131,7 +133,8 @@ def test_insecure_auth_true_allows_auth_in_clear(launched: str) -> None:
     with AuthSMTPServer(tls=None) as server:
         result = run_worker(launched, url(server, "?insecure_auth=true"))
         assert result.exit_code == 0, result.output
-        assert server.auths() and not any(a.tls for a in server.auths())
+        assert server.auths()
+        assert not any(a.tls for a in server.auths())
         assert len(server.messages()) == MESSAGES
 
 
@@ -140,7 +143,8 @@ def test_starttls_true_refuses_a_server_without_it(launched: str) -> None:
         result = run_worker(launched, url(server, "?starttls=true", credentials=False))
         assert result.exit_code == 2, result.output
         assert "does not offer STARTTLS" in result.output
-        assert server.commands() == [] and server.messages() == []
+        assert server.commands() == []
+        assert server.messages() == []
     assert {r.state for r in job_rows(launched)} == {"pending"}
 
 
@@ -151,11 +155,14 @@ def test_an_unverifiable_certificate_stops_the_worker_unless_verify_false(
     with AuthSMTPServer(tls=tls_pair(ca, "127.0.0.1").server) as server:
         result = run_worker(launched, url(server))
         assert result.exit_code == 2, result.output
-        assert "does not verify" in result.output and "verify=false" in result.output
-        assert server.auths() == [] and server.messages() == []
+        assert "does not verify" in result.output
+        assert "verify=false" in result.output
+        assert server.auths() == []
+        assert server.messages() == []
         result = run_worker(launched, url(server, "?verify=false"))
         assert result.exit_code == 0, result.output
-        assert all(a.tls for a in server.auths()) and len(server.messages()) == MESSAGES
+        assert all(a.tls for a in server.auths())
+        assert len(server.messages()) == MESSAGES
 
 
 def test_a_server_echoing_the_password_in_its_refusal_is_scrubbed(

@@ -178,7 +178,8 @@ def test_removed_step_and_recipient_are_cancelled_as_superseded_and_never_sent(
     for recipient in people:
         tips = after[("tips", recipient)]
         assert (tips.state, tips.outcome_text) == ("cancelled", "superseded")
-        assert tips.superseded_at is not None and tips.lease_owner is None
+        assert tips.superseded_at is not None
+        assert tips.lease_owner is None
     gone = after[("welcome", "cy@example.com")]
     assert (gone.state, gone.outcome_text) == ("cancelled", "superseded")
     for recipient in people[:2]:
@@ -335,7 +336,8 @@ def test_superseded_dead_and_in_doubt_jobs_are_never_rearmed(
     ):
         refused = cli(db_url, *args)
         assert refused.exit_code == 1, refused.output
-        assert key in refused.stderr and "superseded" in refused.stderr, refused.stderr
+        assert key in refused.stderr, refused.stderr
+        assert "superseded" in refused.stderr, refused.stderr
         assert "replaced version" in refused.stderr
     assert json.loads(cli(db_url, "dead", "retry", "--all", "--json").stdout)["count"] == 0
     resent = cli(db_url, "in-doubt", "resolve", "--all", "--resend", "--json")

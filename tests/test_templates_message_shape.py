@@ -62,7 +62,8 @@ bodies = st.text(any_text, max_size=60)
 
 def _wire_lines_ok(raw: bytes) -> None:
     assert raw.endswith(b"\r\n")
-    assert b"\n" not in raw.replace(b"\r\n", b"") and b"\r" not in raw.replace(b"\r\n", b"")
+    assert b"\n" not in raw.replace(b"\r\n", b"")
+    assert b"\r" not in raw.replace(b"\r\n", b"")
     assert all(len(line) <= 998 for line in raw.split(b"\r\n"))
     assert raw.isascii()
 
@@ -165,7 +166,8 @@ def test_data_is_refused_or_arrives_intact(
     assert to[1].replace('"', "") == recipient.replace('"', "")
     if reply_to is not None:
         assert [a[1] for a in mailboxes(message, "Reply-To")] == [reply_to]
-    assert message["Bcc"] is None and message["Cc"] is None
+    assert message["Bcc"] is None
+    assert message["Cc"] is None
     expected_bodies = [("text/plain", _as_sent(text))]
     if html is not None:
         expected_bodies.append(("text/html", _as_sent(html)))
@@ -188,7 +190,8 @@ def test_the_issue_value_arrives_literally_as_subject_and_display_name() -> None
 
     assert message["Subject"] == f"Hi {INJECTION}"
     assert mailboxes(message, "To") == [(INJECTION, "ada@example.org")]
-    assert b"Bcc" not in raw and b"evil.example>click" not in raw
+    assert b"Bcc" not in raw
+    assert b"evil.example>click" not in raw
 
 
 @pytest.mark.parametrize("character", ["\x00", "\x01", "\x1b", "\x7f", "\x85", "\u2028", "\r"])
@@ -276,5 +279,6 @@ def test_validate_refuses_a_control_character_in_a_subject_from_data(
     result = CliRunner().invoke(app, ["validate", str(path)])
 
     assert result.exit_code == 2, result.output
-    assert "subject contains" in result.output and "header injection" in result.output
+    assert "subject contains" in result.output
+    assert "header injection" in result.output
     assert "Traceback" not in result.output

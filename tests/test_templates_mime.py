@@ -120,7 +120,9 @@ def test_boundary_is_derived_from_message_id() -> None:
     first = parse(build()).get_boundary()
     second = parse(build(message_id="<other@news.example.com>")).get_boundary()
 
-    assert first is not None and first.startswith("==herald-") and first.endswith("==")
+    assert first is not None
+    assert first.startswith("==herald-")
+    assert first.endswith("==")
     assert first != second
 
 
@@ -612,7 +614,8 @@ def test_same_message_as_the_previous_builder(arguments: dict[str, Any]) -> None
     assert [name for name, _ in parse(raw).raw_items()] == _header_names(arguments)
     assert raw.isascii()
     assert raw.endswith(b"\r\n")
-    assert b"\n" not in raw.replace(b"\r\n", b"") and b"\r" not in raw.replace(b"\r\n", b"")
+    assert b"\n" not in raw.replace(b"\r\n", b"")
+    assert b"\r" not in raw.replace(b"\r\n", b"")
     assert all(len(line) <= 998 for line in raw.split(b"\r\n"))
     subject_lines = _header_lines(raw, "Subject")
     assert all(len(line) <= 78 for line in subject_lines)

@@ -163,7 +163,13 @@ def test_invalid_step_shapes(tmp_path: Path, kwargs: dict[str, str], expected: s
     write(tmp_path, "body.html", "x")
     write(tmp_path, "body.txt", "x")
     with pytest.raises(TemplateError, match=expected):
-        StepTemplate.compile(base_dir=tmp_path, subject="s", **kwargs)
+        StepTemplate.compile(
+            base_dir=tmp_path,
+            subject="s",
+            text=kwargs.get("text"),
+            html=kwargs.get("html"),
+            template=kwargs.get("template"),
+        )
 
 
 def test_missing_template_file_names_the_path(tmp_path: Path) -> None:
@@ -307,7 +313,12 @@ def test_sandbox_escape_is_an_unsafe_operation_error(
     tmp_path: Path, payload: str, part: str
 ) -> None:
     sources = {"subject": "s", "text": "t", part: payload}
-    step = StepTemplate.compile(base_dir=tmp_path, **sources)
+    step = StepTemplate.compile(
+        base_dir=tmp_path,
+        subject=sources["subject"],
+        text=sources["text"],
+        html=sources.get("html"),
+    )
     with pytest.raises(TemplateError, match=f"the {part} template tried an unsafe operation"):
         step.render({"x": SimpleNamespace(_private="secret"), "shared": [], "mapping": {}})
 

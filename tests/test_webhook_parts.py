@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,8 +176,12 @@ def test_payload_round_trip_and_corrupt_payloads() -> None:
         url="https://h.example/in", method="PATCH", body='{"a":1}', headers={"X": "${Y}"}
     )
     assert WebhookRequest.from_payload(request.to_payload()) == request
-    for bad in (b"[]", b'{"url": "u", "method": "GET", "body": ""}', b"\xff"):
-        with pytest.raises(ValueError):
+    for bad, reason in (
+        (b"[]", "not a JSON object"),
+        (b'{"url": "u", "method": "GET", "body": ""}', "needs url, method"),
+        (b"\xff", "can't decode"),  # UnicodeDecodeError is a ValueError
+    ):
+        with pytest.raises(ValueError, match=re.escape(reason)):
             WebhookRequest.from_payload(bad)
 
 
@@ -210,10 +215,12 @@ def test_prepare_outcomes_before_anything_is_sent() -> None:
     assert "environment variable HERALD_SECRET_TOKEN is not set" in missing.text
     metadata = WebhookRequest(url="http://169.254.169.254/latest", method="POST", body="{}")
     denied = prepare(WebhookTransport(policy, environ={}), metadata.to_payload())
-    assert isinstance(denied, Outcome) and denied.verdict is Verdict.FAILED
+    assert isinstance(denied, Outcome)
+    assert denied.verdict is Verdict.FAILED
     assert "cloud metadata (169.254.169.254: AWS/GCP/Azure)" in denied.text
     corrupt = prepare(WebhookTransport(policy, environ={}), b"not json")
-    assert isinstance(corrupt, Outcome) and corrupt.verdict is Verdict.FAILED
+    assert isinstance(corrupt, Outcome)
+    assert corrupt.verdict is Verdict.FAILED
 
 
 # --- compose and validate --------------------------------------------------------------------

@@ -88,7 +88,8 @@ def test_webhook_step_is_parsed(tmp_path: Path) -> None:
     )
     spec = load_campaign(write(tmp_path, text)).spec
     mail, crm = spec.steps
-    assert isinstance(mail, StepSpec) and mail.in_doubt == "hold"
+    assert isinstance(mail, StepSpec)
+    assert mail.in_doubt == "hold"
     assert isinstance(crm, WebhookStepSpec)
     assert (crm.channel, crm.method, crm.in_doubt, crm.after) == (
         "webhook",
@@ -205,8 +206,10 @@ def test_webhook_step_errors_name_the_field(
     assert problem.field == field, str(problem)
     assert message in problem.message, str(problem)
     if hint is not None:
-        assert problem.hint is not None and hint in problem.hint, str(problem)
-    assert problem.line is not None and problem.line >= 4
+        assert problem.hint is not None, str(problem)
+        assert hint in problem.hint, str(problem)
+    assert problem.line is not None
+    assert problem.line >= 4
 
 
 def test_email_steps_refuse_in_doubt_resend(tmp_path: Path) -> None:
@@ -214,7 +217,8 @@ def test_email_steps_refuse_in_doubt_resend(tmp_path: Path) -> None:
     problem = problem_of(tmp_path, text)
     assert (problem.line, problem.field) == (5, "steps[0].in_doubt")
     assert "email is never resent automatically" in problem.message
-    assert problem.hint is not None and "herald in-doubt resolve" in problem.hint
+    assert problem.hint is not None
+    assert "herald in-doubt resolve" in problem.hint
 
 
 def test_email_step_unknown_key_suggests_email_keys(tmp_path: Path) -> None:

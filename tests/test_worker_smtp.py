@@ -40,12 +40,15 @@ def launch_one(engine: Engine, folder: Path, max_attempts: int = 5) -> None:
     assert materialise(engine, loaded, registration.campaign.launched_at).new_jobs == 1
 
 
+StartServer = Callable[[FaultPlan], LedgerSMTPServer]
+
+
 @pytest.fixture
-def server_with(tmp_path: Path) -> Iterator[object]:
+def server_with(tmp_path: Path) -> Iterator[StartServer]:
     servers: list[LedgerSMTPServer] = []
 
-    def start(plan: FaultPlan, **kw: object) -> LedgerSMTPServer:
-        server = LedgerSMTPServer(tmp_path / f"ledger{len(servers)}.txt", fault_plan=plan, **kw)  # type: ignore[arg-type]
+    def start(plan: FaultPlan) -> LedgerSMTPServer:
+        server = LedgerSMTPServer(tmp_path / f"ledger{len(servers)}.txt", fault_plan=plan)
         server.start()
         servers.append(server)
         return server
@@ -73,13 +76,16 @@ def only_job(engine: Engine) -> tuple[Any, list[tuple[str | None, str]], list[An
     return rows[0], [(e.from_state, e.to_state) for e in events], events
 
 
-def test_451_then_250_is_sent_after_one_retry(tmp_path: Path, engine: Engine, server_with) -> None:  # type: ignore[no-untyped-def]
+def test_451_then_250_is_sent_after_one_retry(
+    tmp_path: Path, engine: Engine, server_with: StartServer
+) -> None:
     server = server_with(at_data(lambda n: Fault.TEMPFAIL if n == 1 else Fault.ACCEPT))
     launch_one(engine, tmp_path / "c")
     report = run_worker(engine, server.host, server.port)
     job, path, _ = only_job(engine)
     assert (report.sent, report.retried) == (1, 1)
-    assert job.state == "sent" and job.send_attempts == 2
+    assert job.state == "sent"
+    assert job.send_attempts == 2
     assert path == [
         (None, "pending"),
         ("pending", "claimed"),
@@ -93,45 +99,55 @@ def test_451_then_250_is_sent_after_one_retry(tmp_path: Path, engine: Engine, se
     assert server.seen(job.message_id) == 2
 
 
-def test_550_in_data_fails_with_the_reply_text(tmp_path: Path, engine: Engine, server_with) -> None:  # type: ignore[no-untyped-def]
+def test_550_in_data_fails_with_the_reply_text(
+    tmp_path: Path, engine: Engine, server_with: StartServer
+) -> None:
     server = server_with(at_data(lambda n: Fault.REJECT))
     launch_one(engine, tmp_path / "c")
     report = run_worker(engine, server.host, server.port)
     job, path, _ = only_job(engine)
     assert report.failed == 1
-    assert job.state == "failed" and job.outcome_code == 550
+    assert job.state == "failed"
+    assert job.outcome_code == 550
     assert "Message refused (injected fault)" in job.outcome_text
     assert path[-1] == ("sending", "failed")
     assert server.accepted_ids() == []
 
 
-def test_550_at_rcpt_fails_before_data(tmp_path: Path, engine: Engine, server_with) -> None:  # type: ignore[no-untyped-def]
+def test_550_at_rcpt_fails_before_data(
+    tmp_path: Path, engine: Engine, server_with: StartServer
+) -> None:
     server = server_with(lambda key, n: Fault.ACCEPT if is_message_id(key) else Fault.RCPT_REJECT)
     launch_one(engine, tmp_path / "c")
     run_worker(engine, server.host, server.port)
     job, path, _ = only_job(engine)
-    assert job.state == "failed" and job.outcome_code == 550
+    assert job.state == "failed"
+    assert job.outcome_code == 550
     assert job.send_attempts == 0, "no DATA was attempted"
     assert "RCPT" in job.outcome_text
     assert path[-1] == ("claimed", "failed")
     assert is_valid_path(path)
 
 
-def test_451_every_time_uses_up_the_attempts(tmp_path: Path, engine: Engine, server_with) -> None:  # type: ignore[no-untyped-def]
+def test_451_every_time_uses_up_the_attempts(
+    tmp_path: Path, engine: Engine, server_with: StartServer
+) -> None:
     server = server_with(at_data(lambda n: Fault.TEMPFAIL))
     launch_one(engine, tmp_path / "c", max_attempts=3)
     report = run_worker(engine, server.host, server.port)
     job, path, _ = only_job(engine)
-    assert job.state == "failed" and job.send_attempts == 3
+    assert job.state == "failed"
+    assert job.send_attempts == 3
     assert "attempts exhausted" in job.outcome_text
-    assert report.retried == 2 and report.failed == 1
+    assert report.retried == 2
+    assert report.failed == 1
     assert server.seen(job.message_id) == 3
     assert is_valid_path(path)
 
 
 def test_drop_after_the_body_is_in_doubt_and_never_resent(
-    tmp_path: Path, engine: Engine, server_with
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, engine: Engine, server_with: StartServer
+) -> None:
     server = server_with(at_data(lambda n: Fault.DROP_AFTER_STORE))
     launch_one(engine, tmp_path / "c")
     report = run_worker(engine, server.host, server.port)
