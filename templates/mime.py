@@ -18,7 +18,7 @@ RFC 2047 encoded word was decoded, and a decoded LF became a header or body of t
 choice (issue 7). Text that merely looks like an encoded word is itself encoded, so it arrives
 literally. Control characters are refused outright, and the finished bytes are checked
 (_check_wire) so that no bug in this module can ever put a line on the wire that is not a header,
-a fold, or body. tests/test_templates_mime.py checks the output against the EmailMessage-based
+a fold, or body. tests/unit/test_templates_mime.py checks the output against the EmailMessage-based
 builder this replaced.
 """
 

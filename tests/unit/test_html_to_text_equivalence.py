@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from templates.html_to_text import _scan, _TextBuilder, html_to_text
 from templates.render import StepTemplate
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 # --- the previous implementation -----------------------------------------------------------
 

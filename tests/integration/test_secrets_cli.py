@@ -18,7 +18,7 @@ from herald import operator_cli  # noqa: F401 - registers dead, recover
 from herald.cli import app
 from herald.db import create_engine
 from tests.egress_support.servers import LocalHTTPServer, Reply, SeenRequest
-from tests.test_redact import HOSTILE, START, leaks
+from tests.unit.test_redact import HOSTILE, START, leaks
 
 TOKEN_VARIABLE = "HERALD_SECRET_HOOK_TOKEN"
 CLI = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -30,7 +30,7 @@ from herald import (
 )
 from herald.cli import app
 from herald.output import LiteralConsole, visible
-from tests.test_operator_cli import complete, in_doubt, sending
+from tests.integration.test_operator_cli import complete, in_doubt, sending
 
 MARKUP = st.sampled_from(
     [

@@ -43,7 +43,7 @@ from tests.support.smtp_server import (
     read_ledger_entries,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 SENDER = "campaigns@sender.test"
 RECIPIENT = "ada@example.test"

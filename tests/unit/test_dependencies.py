@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
 # Import name -> distribution name, where the two differ.
 DISTRIBUTION = {"yaml": "pyyaml", "pydantic_core": "pydantic-core", "jinja2": "jinja2"}

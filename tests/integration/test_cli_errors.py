@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 
 from herald.cli import app
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 HEAD = """\
 name: bad-input
