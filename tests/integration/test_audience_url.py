@@ -29,6 +29,7 @@ from scheduler.fanout import FanoutResult, materialise
 from scheduler.snapshot import ensure_snapshot, iter_snapshot
 from scheduler.store import SnapshotStore
 from tests.egress_support.servers import LocalHTTPServer, Reply, SeenRequest, redirect
+from tests.support.factories import launch
 
 LAUNCH = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 BodyWriter = Callable[[Callable[[bytes], None], threading.Event], None]
@@ -87,15 +88,14 @@ def url_campaign(folder: Path, url: str, extra: str = "") -> LoadedCampaign:
     return load_campaign(write_campaign(folder, f'{{url: "{url}"{extra}}}'))
 
 
-def launch(engine: Engine, loaded: LoadedCampaign) -> tuple[CheckReport, FanoutResult]:
+def check_and_launch(engine: Engine, loaded: LoadedCampaign) -> tuple[CheckReport, FanoutResult]:
     """What `herald launch` does: check (snapshotting), register, fan out."""
     with engine.connect() as conn:
         existing = CampaignStore(engine.dialect.name).get(conn, loaded.spec.name)
     occurrence_at = existing.launched_at if existing else LAUNCH
     report = check_campaign(loaded, occurrence_at, engine=engine)
     assert report.ok, report.problems
-    registration = register(engine, loaded, now=occurrence_at)
-    return report, materialise(engine, loaded, registration.campaign.launched_at)
+    return report, launch(engine, loaded, now=occurrence_at)
 
 
 def count(engine: Engine, table: str) -> int:
@@ -145,8 +145,8 @@ def test_relaunch_reuses_the_snapshot_and_fetches_once(
     with LocalHTTPServer({"/list.csv": listing}) as server:
         allow_local(server)
         loaded = url_campaign(tmp_path, server.url("/list.csv"))
-        first_check, first = launch(engine, loaded)
-        second_check, second = launch(engine, load_campaign(loaded.path))
+        first_check, first = check_and_launch(engine, loaded)
+        second_check, second = check_and_launch(engine, load_campaign(loaded.path))
     assert len(server.requests) == 1
     assert (first_check.recipients, first.new_jobs) == (4, 4)
     assert (second_check.recipients, second.new_jobs, second.existing_jobs) == (4, 0, 4)
@@ -238,7 +238,7 @@ def test_non_strict_audience_launches_valid_rows_and_records_rejects(
     with LocalHTTPServer({"/list.csv": csv_reply(6, bad=BAD_ROWS)}) as server:
         allow_local(server)
         loaded = url_campaign(tmp_path, server.url("/list.csv"), ", strict: false")
-        report, result = launch(engine, loaded)
+        report, result = check_and_launch(engine, loaded)
     assert (report.recipients, report.rejected) == (4, 2)
     assert [(p.where, p.error) for p in report.rejects] == [
         ("line 3", "invalid address 'bob@': domain is empty"),
@@ -271,7 +271,7 @@ def test_json_array_rows_are_numbered_by_element(
     with LocalHTTPServer({"/people": reply}) as server:
         allow_local(server)
         loaded = url_campaign(tmp_path, server.url("/people"), ", strict: false")
-        report, result = launch(engine, loaded)
+        report, result = check_and_launch(engine, loaded)
         snapshot = ensure_snapshot(engine, loaded, LAUNCH)
     assert snapshot.format == "json"  # inferred from the Content-Type
     assert [(p.where, p.error) for p in report.rejects] == [
@@ -356,7 +356,7 @@ def test_header_secrets_come_from_the_environment_and_are_never_stored(
             list(iter_audience(loaded))
         assert server.requests == []
         monkeypatch.setenv("HERALD_SECRET_CRM_TOKEN", "s3cr3t-t0ken")
-        launch(engine, loaded)
+        check_and_launch(engine, loaded)
     (seen,) = server.requests
     assert seen.headers["authorization"] == "Bearer s3cr3t-t0ken"
     assert seen.headers["x-tenant"] == "acme"

@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from typer.testing import CliRunner, Result
 
-from herald import audience_cli  # noqa: F401 - registers its commands on the app
-from herald.cli import app
 from tests.egress_support.servers import LocalHTTPServer, Reply
+from tests.support.factories import invoke
 
 GOOD_CSV = b"email,name\nann@example.com,Ann\nbob@example.com,Bob\nann@example.com,Ann\n"
 BAD_CSV = b"email,name\nann@example.com,Ann\nbob@,Bob\ncat@example.com\n"
@@ -37,21 +35,14 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHTTPServer]:
         yield local
 
 
-def run_herald(*args: str) -> Result:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result
-
-
 def test_check_a_good_url(server: LocalHTTPServer) -> None:
-    result = run_herald("audience", "check", server.url("/good.csv"))
+    result = invoke("audience", "check", server.url("/good.csv"))
     assert result.exit_code == 0, result.output
     assert "(csv): 3 recipient(s), 0 invalid row(s), 1 duplicate(s)" in result.output
 
 
 def test_check_lists_invalid_rows_and_exits_2(server: LocalHTTPServer) -> None:
-    result = run_herald("audience", "check", server.url("/bad.csv"))
+    result = invoke("audience", "check", server.url("/bad.csv"))
     assert result.exit_code == 2, result.output
     assert "line 3: invalid address 'bob@': domain is empty" in result.output
     assert "line 4: row has 1 fields but the header has 2" in result.output
@@ -59,7 +50,7 @@ def test_check_lists_invalid_rows_and_exits_2(server: LocalHTTPServer) -> None:
 
 
 def test_check_json_output(server: LocalHTTPServer) -> None:
-    result = run_herald("audience", "check", server.url("/bad.csv"), "--json")
+    result = invoke("audience", "check", server.url("/bad.csv"), "--json")
     assert result.exit_code == 2
     report = json.loads(result.output[: result.output.rindex("}") + 1])
     assert (report["ok"], report["recipients"], report["invalid"]) == (False, 1, 2)
@@ -73,7 +64,7 @@ def test_check_a_denied_url_exits_2_without_contacting_it(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("HERALD_EGRESS_ALLOW")
-    result = run_herald("audience", "check", server.url("/good.csv"))
+    result = invoke("audience", "check", server.url("/good.csv"))
     assert result.exit_code == 2, result.output
     assert "refused by the egress policy" in result.output
     assert "loopback (127.0.0.0/8)" in result.output
@@ -81,18 +72,18 @@ def test_check_a_denied_url_exits_2_without_contacting_it(
 
 
 def test_check_needs_a_format_it_cannot_infer(server: LocalHTTPServer) -> None:
-    unknown = run_herald("audience", "check", server.url("/export"))
+    unknown = invoke("audience", "check", server.url("/export"))
     assert unknown.exit_code == 2, unknown.output
     assert "cannot tell the audience's format (Content-Type: 'text/plain')" in unknown.output
-    given = run_herald("audience", "check", server.url("/export"), "--format", "csv")
+    given = invoke("audience", "check", server.url("/export"), "--format", "csv")
     assert given.exit_code == 0, given.output
-    by_type = run_herald("audience", "check", server.url("/stream"))
+    by_type = invoke("audience", "check", server.url("/stream"))
     assert by_type.exit_code == 0, by_type.output
     assert "(ndjson): 2 recipient(s)" in by_type.output
 
 
 def test_check_a_temporary_failure_exits_1(server: LocalHTTPServer) -> None:
-    result = run_herald("audience", "check", server.url("/busy.csv"))
+    result = invoke("audience", "check", server.url("/busy.csv"))
     assert result.exit_code == 1, result.output
     assert "answered 503 Service Unavailable" in result.output
 
@@ -101,7 +92,7 @@ def test_check_sends_headers_with_environment_references(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERALD_SECRET_CRM_TOKEN", "t0k3n")
-    result = run_herald(
+    result = invoke(
         "audience",
         "check",
         server.url("/good.csv"),
@@ -110,7 +101,7 @@ def test_check_sends_headers_with_environment_references(
     )
     assert result.exit_code == 0, result.output
     assert server.requests[0].headers["authorization"] == "Bearer t0k3n"
-    bad = run_herald("audience", "check", server.url("/good.csv"), "-H", "X-A: ${NOT SET}")
+    bad = invoke("audience", "check", server.url("/good.csv"), "-H", "X-A: ${NOT SET}")
     assert bad.exit_code == 2
     assert "invalid environment variable reference" in bad.output
 
@@ -118,7 +109,7 @@ def test_check_sends_headers_with_environment_references(
 def test_check_local_files_and_campaigns(tmp_path: Path, server: LocalHTTPServer) -> None:
     people = tmp_path / "people.json"
     people.write_text(json.dumps([{"email": "a@example.com"}, {"email": "nope"}]))
-    result = run_herald("audience", "check", str(people))
+    result = invoke("audience", "check", str(people))
     assert result.exit_code == 2, result.output
     assert "element 2: invalid address 'nope'" in result.output
 
@@ -128,17 +119,17 @@ def test_check_local_files_and_campaigns(tmp_path: Path, server: LocalHTTPServer
         f"audience: {{url: '{server.url('/good.csv')}'}}\n"
         "steps: [{id: s, subject: Hi, text: hi}]\n"
     )
-    result = run_herald("audience", "check", str(campaign))
+    result = invoke("audience", "check", str(campaign))
     assert result.exit_code == 0, result.output
     assert "3 recipient(s), 0 invalid row(s)" in result.output
 
-    missing = run_herald("audience", "check", str(tmp_path / "nope.csv"))
+    missing = invoke("audience", "check", str(tmp_path / "nope.csv"))
     assert missing.exit_code == 2
     odd = tmp_path / "people.txt"
     odd.write_text("email\na@example.com\n")
-    assert run_herald("audience", "check", str(odd)).exit_code == 2
-    assert run_herald("audience", "check", str(odd), "--format", "CSV").exit_code == 0
-    assert run_herald("audience", "check", str(odd), "--format", "xml").exit_code == 2
+    assert invoke("audience", "check", str(odd)).exit_code == 2
+    assert invoke("audience", "check", str(odd), "--format", "CSV").exit_code == 0
+    assert invoke("audience", "check", str(odd), "--format", "xml").exit_code == 2
 
 
 def write_campaign(folder: Path, url: str, strict: bool) -> Path:
@@ -155,11 +146,11 @@ def test_validate_and_launch_refuse_a_strict_audience_with_invalid_rows(
     tmp_path: Path, server: LocalHTTPServer
 ) -> None:
     path = write_campaign(tmp_path, server.url("/bad.csv"), strict=True)
-    validate = run_herald("validate", str(path))
+    validate = invoke("validate", str(path))
     assert validate.exit_code == 2, validate.output
     assert "line 3: invalid address 'bob@'" in validate.output
     db = f"sqlite:///{tmp_path / 'h.db'}"
-    launch = run_herald("launch", str(path), "--database-url", db)
+    launch = invoke("launch", str(path), "--database-url", db)
     assert launch.exit_code == 2, launch.output
     assert "line 4: row has 1 fields" in launch.output
     engine = sa.create_engine(db)
@@ -174,7 +165,7 @@ def test_launch_a_non_strict_audience_sends_to_the_valid_rows(
 ) -> None:
     path = write_campaign(tmp_path, server.url("/bad.csv"), strict=False)
     db = f"sqlite:///{tmp_path / 'h.db'}"
-    launch = run_herald("launch", str(path), "--database-url", db)
+    launch = invoke("launch", str(path), "--database-url", db)
     assert launch.exit_code == 0, launch.output
     engine = sa.create_engine(db)
     with engine.connect() as conn:
@@ -190,12 +181,12 @@ def test_cli_launch_fetches_once_and_a_relaunch_fetches_nothing(
 ) -> None:
     path = write_campaign(tmp_path, server.url("/bad.csv"), strict=False)
     db = f"sqlite:///{tmp_path / 'h.db'}"
-    first = run_herald("launch", str(path), "--database-url", db, "--json")
+    first = invoke("launch", str(path), "--database-url", db, "--json")
     assert first.exit_code == 0, first.output
     assert json.loads(first.stdout)["rejected_rows"] == 2
     assert "2 audience row(s) rejected and skipped" in first.stderr
     assert len(server.requests) == 1, "check and fan-out must share one fetch"
-    again = run_herald("launch", str(path), "--database-url", db, "--json")
+    again = invoke("launch", str(path), "--database-url", db, "--json")
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["new_jobs"] == 0
     assert len(server.requests) == 1, "a relaunch reads the snapshot, never the source"

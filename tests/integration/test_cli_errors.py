@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from herald.cli import app
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests.support.factories import invoke
+from tests.support.paths import EXAMPLES
 
 HEAD = """\
 name: bad-input
@@ -324,7 +323,7 @@ def _row_counts(engine: Engine) -> dict[str, int]:
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_validate_rejects_bad_input(tmp_path: Path, case: Case) -> None:
     path = _write(tmp_path / "c", case)
-    result = CliRunner().invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     _check_output(result, case)
 
 
@@ -333,7 +332,7 @@ def test_launch_rejects_bad_input_and_writes_nothing(
     tmp_path: Path, case: Case, db_url: str, engine: Engine
 ) -> None:
     path = _write(tmp_path / "c", case)
-    result = CliRunner().invoke(app, ["launch", str(path), "--database-url", db_url])
+    result = invoke("launch", str(path), "--database-url", db_url)
     _check_output(result, case)
     assert _row_counts(engine) == {"campaign": 0, "occurrence": 0, "send_job": 0, "send_event": 0}
 
@@ -341,7 +340,7 @@ def test_launch_rejects_bad_input_and_writes_nothing(
 def test_validate_json_lists_each_failing_recipient(tmp_path: Path) -> None:
     case = next(c for c in CASES if c.id == "undefined-variable-for-some-recipients")
     path = _write(tmp_path / "c", case)
-    result = CliRunner().invoke(app, ["validate", "--json", str(path)])
+    result = invoke("validate", "--json", str(path))
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     report = json.loads(result.stdout)
@@ -360,7 +359,7 @@ def test_validate_json_lists_each_failing_recipient(tmp_path: Path) -> None:
 
 
 def test_validate_example_is_ok() -> None:
-    result = CliRunner().invoke(app, ["validate", str(EXAMPLES / "welcome.yaml")])
+    result = invoke("validate", str(EXAMPLES / "welcome.yaml"))
     assert result.exit_code == 0, result.output
     assert "Traceback" not in result.output
     assert "ok: welcome-2026: 3 recipient(s), 3 step(s), 9 message(s)" in result.output

@@ -7,18 +7,16 @@ import email
 import email.policy
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner, Result
 
-from herald.cli import app
 from tests.support.campaign_files import write_audience, write_campaign
+from tests.support.factories import invoke, launch_json
+from tests.support.paths import HERALD
 
-HERALD = Path(sys.executable).parent / "herald"
 CAMPAIGN = "onboarding"  # the name write_campaign() uses
 
 # Big enough that two launches overlap (each renders every message twice: check, then fan-out).
@@ -40,18 +38,6 @@ steps:
     subject: "Later"
     text: "See you"
 """
-
-
-def invoke(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
-
-
-def launch_json(path: Path, db_url: str, *extra: str) -> dict[str, Any]:
-    result = invoke("launch", str(path), "--database-url", db_url, "--json", *extra)
-    assert result.exit_code == 0, result.output
-    assert "Traceback" not in result.output
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
 
 
 def jobs(engine: Engine) -> dict[str, tuple[str, str, bytes]]:
@@ -105,13 +91,13 @@ def test_launch_twice_creates_nothing_the_second_time(
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=10)
 
-    first = launch_json(path, db_url)
+    first = launch_json(db_url, path)
     assert first["new_jobs"] == 30
     assert first["existing_jobs"] == 0
     before = jobs(engine)
     assert len(before) == 30
 
-    second = launch_json(path, db_url)
+    second = launch_json(db_url, path)
     assert second["new_jobs"] == 0
     assert second["existing_jobs"] == 30
     assert second["version"] == 1
@@ -169,7 +155,7 @@ def test_changed_campaign_is_refused_without_force_new_version(
     tmp_path: Path, db_url: str, engine: Engine
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=10)
-    launch_json(path, db_url)
+    launch_json(db_url, path)
     before_jobs = jobs(engine)
     before_campaign = campaign_row(engine)
 
@@ -189,12 +175,12 @@ def test_force_new_version_keeps_sent_jobs_and_updates_pending_ones(
     tmp_path: Path, db_url: str, engine: Engine
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=10)
-    launch_json(path, db_url)
+    launch_json(db_url, path)
     sent = mark_sent(engine, 3)
     before = jobs(engine)
 
     change_welcome_subject(path)
-    report = launch_json(path, db_url, "--force-new-version")
+    report = launch_json(db_url, path, "--force-new-version")
     assert report["version"] == 2
     assert report["created"] is False
 
@@ -218,7 +204,7 @@ def test_force_new_version_keeps_sent_jobs_and_updates_pending_ones(
     assert welcome_pending == 7
 
     # Launching the new version again is a no-op.
-    again = launch_json(path, db_url)
+    again = launch_json(db_url, path)
     assert again["new_jobs"] == 0
     assert again["version"] == 2
     assert jobs(engine) == after
@@ -253,7 +239,7 @@ def test_controls_on_unknown_campaign_are_invalid_input(db_url: str, engine: Eng
 
 def test_pause_resume_cancel(tmp_path: Path, db_url: str, engine: Engine) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=10)
-    launch_json(path, db_url)
+    launch_json(db_url, path)
     sent = mark_sent(engine, 2)
     assert status_json(db_url)["campaigns"][0]["status"] == "active"
 

@@ -20,17 +20,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rich.table import Table
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner, Result
 
 from dispatch.states import State
 from dispatch.store import Completion
-from herald import (
-    audience_cli,  # noqa: F401 - registers its commands on the app
-    operator_cli,  # noqa: F401 - registers its commands on the app
-)
-from herald.cli import app
 from herald.output import LiteralConsole, visible
-from tests.integration.test_operator_cli import complete, in_doubt, sending
+from tests.support.factories import complete, in_doubt, invoke, sending
 
 MARKUP = st.sampled_from(
     [
@@ -60,10 +54,6 @@ HOSTILE = (
     .filter(lambda text: text.strip() != "")
 )
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def run_herald(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def _shown(text: str, output: str) -> None:
@@ -135,7 +125,7 @@ def test_markup_in_addresses_makes_no_traceback(tmp_path: Path, address: str) ->
     _csv(tmp_path, [(address, "Ann")])
     path = _campaign(tmp_path)
     for args in (["validate", str(path)], ["launch", str(path), "--database-url", "sqlite://"]):
-        result = run_herald(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert "Traceback" not in result.output
         assert address in result.output, result.output
@@ -151,7 +141,7 @@ def test_validate_and_audience_check_show_rows_literally(tmp_path: Path, value: 
     _csv(tmp_path, [(f"{value}@@example.com", "n")])
     path = _campaign(tmp_path)
     for args in (["validate", str(path)], ["audience", "check", str(tmp_path / "people.csv")]):
-        result = run_herald(*args)
+        result = invoke(*args)
         assert result.exit_code == 2, result.output
         assert "invalid address" in result.output
         assert "Traceback" not in result.output
@@ -161,7 +151,7 @@ def test_validate_and_audience_check_show_rows_literally(tmp_path: Path, value: 
 def test_audience_check_source_name_is_literal(tmp_path: Path) -> None:
     name = "[red]x[conceal]y\x1b[2J:smile:.csv"
     (tmp_path / name).write_text("email\nann@example.com\n")
-    result = run_herald("audience", "check", str(tmp_path / name))
+    result = invoke("audience", "check", str(tmp_path / name))
     assert result.exit_code == 0, result.output
     _shown(str(tmp_path / name), result.output)
 
@@ -187,10 +177,10 @@ def test_dead_and_in_doubt_lists_show_server_text_literally(
 ) -> None:
     failed = sending(engine, _next_name())
     complete(engine, Completion(failed.lease, State.FAILED, code=550, text=reason))
-    dead = run_herald("dead", "list", "--database-url", db_url)
+    dead = invoke("dead", "list", "--database-url", db_url)
     assert dead.exit_code == 0, dead.output
     _shown(reason, dead.output)
     in_doubt(engine, _next_name(), reason=reason)
-    doubt = run_herald("in-doubt", "list", "--database-url", db_url)
+    doubt = invoke("in-doubt", "list", "--database-url", db_url)
     assert doubt.exit_code == 0, doubt.output
     _shown(reason, doubt.output)

@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from herald import audience_cli  # noqa: F401 - registers its commands on the app
-from herald.cli import app
+from tests.support.factories import invoke
 
 SECRET = "s3cr3t-Pa55w0rd-never-shown"
 HEAD = 'name: paths\nfrom: "Herald <news@herald.test>"\n'
@@ -26,10 +25,6 @@ STEP = "steps:\n  - id: welcome\n    subject: Hi\n    text: hello\n"
 def _secret_in_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERALD_SMTP_URL", f"smtp://user:{SECRET}@relay.example:587")
     monkeypatch.setenv("HERALD_TEST_SECRET", SECRET)
-
-
-def run_herald(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def _campaign(folder: Path, audience: str, steps: str = STEP) -> Path:
@@ -65,7 +60,7 @@ def test_audience_paths_that_leave_the_folder_are_refused_at_their_line(
         args = [command, str(path)]
         if command == "launch":
             args += ["--database-url", f"sqlite:///{tmp_path / 'h.db'}"]
-        _refused(run_herald(*args), f"{path}:3", "audience", expected)
+        _refused(invoke(*args), f"{path}:3", "audience", expected)
 
 
 def test_symlink_to_proc_environ_is_refused_without_reading_it(tmp_path: Path) -> None:
@@ -73,8 +68,8 @@ def test_symlink_to_proc_environ_is_refused_without_reading_it(tmp_path: Path) -
     folder.mkdir()
     (folder / "people.csv").symlink_to("/proc/self/environ")
     path = _campaign(folder, "people.csv")
-    _refused(run_herald("validate", str(path)), "people.csv", "outside the campaign folder")
-    _refused(run_herald("audience", "check", str(path)), "outside the campaign folder")
+    _refused(invoke("validate", str(path)), "people.csv", "outside the campaign folder")
+    _refused(invoke("audience", "check", str(path)), "outside the campaign folder")
 
 
 def test_symlinked_parent_directory_pointing_outside_is_refused(tmp_path: Path) -> None:
@@ -84,7 +79,7 @@ def test_symlinked_parent_directory_pointing_outside_is_refused(tmp_path: Path) 
     folder.mkdir()
     (folder / "data").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     path = _campaign(folder, "data/people.csv")
-    _refused(run_herald("validate", str(path)), "data/people.csv", "outside the campaign folder")
+    _refused(invoke("validate", str(path)), "data/people.csv", "outside the campaign folder")
 
 
 def test_symlink_inside_the_folder_is_fine(tmp_path: Path) -> None:
@@ -92,7 +87,7 @@ def test_symlink_inside_the_folder_is_fine(tmp_path: Path) -> None:
     (folder / "lists").mkdir(parents=True)
     (folder / "lists" / "real.csv").write_text("email\nann@example.com\n")
     (folder / "people.csv").symlink_to(folder / "lists" / "real.csv")
-    result = run_herald("validate", str(_campaign(folder, "people.csv")))
+    result = invoke("validate", str(_campaign(folder, "people.csv")))
     assert result.exit_code == 0, result.output
 
 
@@ -100,7 +95,7 @@ def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     folder = tmp_path / "c"
     folder.mkdir()
     os.mkfifo(folder / "people.csv")
-    _refused(run_herald("validate", str(_campaign(folder, "people.csv"))), "not a regular file")
+    _refused(invoke("validate", str(_campaign(folder, "people.csv"))), "not a regular file")
 
 
 @pytest.mark.parametrize("link", ["/proc/self/environ", "/etc/passwd"])
@@ -110,7 +105,7 @@ def test_template_symlinked_outside_is_refused(tmp_path: Path, link: str) -> Non
     (folder / "welcome.txt").symlink_to(link)
     steps = "steps:\n  - id: welcome\n    subject: Hi\n    template: welcome.txt\n"
     path = _campaign(folder, "[ann@example.com]", steps)
-    _refused(run_herald("validate", str(path)), f"{path}:", "steps[0].template", "outside")
+    _refused(invoke("validate", str(path)), f"{path}:", "steps[0].template", "outside")
 
 
 @pytest.mark.parametrize("template", ["/proc/self/environ", "../secret.txt"])
@@ -118,7 +113,7 @@ def test_template_path_leaving_the_folder_is_refused(tmp_path: Path, template: s
     (tmp_path / "secret.txt").write_text(SECRET)
     steps = f"steps:\n  - id: welcome\n    subject: Hi\n    template: {template}\n"
     path = _campaign(tmp_path / "c", "[ann@example.com]", steps)
-    _refused(run_herald("validate", str(path)), f"{path}:7", "steps[0].template")
+    _refused(invoke("validate", str(path)), f"{path}:7", "steps[0].template")
 
 
 def test_include_of_a_symlink_to_environ_is_refused(tmp_path: Path) -> None:
@@ -126,7 +121,7 @@ def test_include_of_a_symlink_to_environ_is_refused(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "env.txt").symlink_to("/proc/self/environ")
     steps = "steps:\n  - id: welcome\n    subject: Hi\n    text: '{% include \"env.txt\" %}'\n"
-    _refused(run_herald("validate", str(_campaign(folder, "[ann@example.com]", steps))))
+    _refused(invoke("validate", str(_campaign(folder, "[ann@example.com]", steps))))
 
 
 def test_header_row_of_a_secret_file_is_not_echoed(tmp_path: Path) -> None:
@@ -136,7 +131,7 @@ def test_header_row_of_a_secret_file_is_not_echoed(tmp_path: Path) -> None:
     folder.mkdir()
     long_column = "X" * 500
     (folder / "people.csv").write_text(f"a\x1b[2J,b,c,d,e,{long_column}{SECRET},g\n")
-    result = run_herald("validate", str(_campaign(folder, "people.csv")))
+    result = invoke("validate", str(_campaign(folder, "people.csv")))
     _refused(result, "no 'email' column", "'a\\x1b[2J'", "(7 in all)")
     assert long_column not in result.output
     assert "\x1b" not in result.output
@@ -159,7 +154,7 @@ def test_webhook_header_naming_an_unexposed_variable_fails_validate(
     tmp_path: Path, variable: str
 ) -> None:
     path = _campaign(tmp_path / "c", "[ann@example.com]", WEBHOOK.format(variable=variable))
-    result = run_herald("validate", str(path))
+    result = invoke("validate", str(path))
     _refused(
         result,
         f"{path}:8",
@@ -176,9 +171,9 @@ def test_exposed_variables_pass_validate(tmp_path: Path, monkeypatch: pytest.Mon
             tmp_path / variable, "[ann@example.com]", WEBHOOK.format(variable=variable)
         )
         if variable == "CRM_TOKEN":
-            assert run_herald("validate", str(path)).exit_code == 2
+            assert invoke("validate", str(path)).exit_code == 2
             monkeypatch.setenv("HERALD_SECRET_VARS", "OTHER,CRM_TOKEN")
-        result = run_herald("validate", str(path))
+        result = invoke("validate", str(path))
         assert result.exit_code == 0, result.output
 
 
@@ -187,14 +182,14 @@ def test_herald_settings_cannot_be_listed(tmp_path: Path, monkeypatch: pytest.Mo
     path = _campaign(
         tmp_path / "c", "[ann@example.com]", WEBHOOK.format(variable="HERALD_SMTP_URL")
     )
-    _refused(run_herald("validate", str(path)), "HERALD_SMTP_URL is not exposed")
+    _refused(invoke("validate", str(path)), "HERALD_SMTP_URL is not exposed")
 
 
 def test_url_audience_header_is_refused_before_any_request(tmp_path: Path) -> None:
     # Port 9 on loopback: nothing listens, and nothing must be tried (the check comes first).
     audience = '{url: "https://127.0.0.1:9/x.csv", headers: {X-Key: "${HERALD_SMTP_URL}"}}'
     path = _campaign(tmp_path / "c", audience)
-    result = run_herald("validate", "--json", str(path))
+    result = invoke("validate", "--json", str(path))
     assert result.exit_code == 2, result.output
     assert SECRET not in result.output
     (problem,) = json.loads(result.stdout)["problems"]
@@ -214,7 +209,7 @@ def test_row_and_render_problems_name_their_files(tmp_path: Path) -> None:
     )
     steps = "steps:\n  - id: welcome\n    subject: 'Hi {{ nme }}'\n    text: hello\n"
     path = _campaign(folder, "people.csv", steps)
-    result = run_herald("validate", str(path))
+    result = invoke("validate", str(path))
     assert result.exit_code == 2, result.output
     csv_file = str(folder / "people.csv")
     assert f"{csv_file}: line 3: invalid address 'bob@@example.com'" in result.output
@@ -222,7 +217,7 @@ def test_row_and_render_problems_name_their_files(tmp_path: Path) -> None:
         f"{csv_file}: line 2 (ann@example.com): step welcome: steps[0].subject ({path}:6):"
         in result.output
     )
-    report = json.loads(run_herald("validate", "--json", str(path)).stdout)
+    report = json.loads(invoke("validate", "--json", str(path)).stdout)
     by_where = {p["where"]: p for p in report["problems"]}
     assert by_where["line 3"]["file"] == csv_file
     render = by_where["line 2 (ann@example.com)"]
@@ -236,6 +231,6 @@ def test_row_and_render_problems_name_their_files(tmp_path: Path) -> None:
 def test_syntax_error_names_campaign_file_line_step_and_field(tmp_path: Path) -> None:
     steps = "steps:\n  - id: welcome\n    subject: Hi\n    text: 'hello {{ name }'\n"
     path = _campaign(tmp_path / "c", "[ann@example.com]", steps)
-    result = run_herald("validate", str(path))
+    result = invoke("validate", str(path))
     assert result.exit_code == 2, result.output
     assert f"{path}:7: steps[0].text: step welcome: syntax error in text" in result.output

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,16 +15,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
-from campaigns.control import register
-from campaigns.spec import load_campaign
 from dispatch.committer import GroupCommitter
 from dispatch.models import send_job
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import is_valid_path
 from dispatch.store import OutboxStore
 from dispatch.worker import Worker
-from scheduler.fanout import materialise
 from tests.support.campaign_files import fast_config
+from tests.support.factories import launch, write_yaml
 from tests.support.smtp_server import LedgerSMTPServer
 
 CAMPAIGN = """\
@@ -37,14 +34,6 @@ steps:
     subject: Hello
     text: Hello there
 """
-
-
-def launch(engine: Engine, folder: Path) -> None:
-    folder.mkdir()
-    (folder / "c.yaml").write_text(CAMPAIGN)
-    loaded = load_campaign(folder / "c.yaml")
-    registration = register(engine, loaded, now=datetime.now(UTC))
-    materialise(engine, loaded, registration.campaign.launched_at)
 
 
 def lost_connection() -> OperationalError:
@@ -96,7 +85,7 @@ def assert_each_sent_once(engine: Engine, server: LedgerSMTPServer) -> None:
 def test_t4_committed_but_ack_lost_rereads_then_sends_once(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, tmp_path / "c")
+    launch(engine, write_yaml(tmp_path / "c", CAMPAIGN))
     run(engine, smtp_server, "t4", after_commit=True)
     assert_each_sent_once(engine, smtp_server)
 
@@ -104,7 +93,7 @@ def test_t4_committed_but_ack_lost_rereads_then_sends_once(
 def test_t4_rolled_back_is_retried_then_sends_once(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, tmp_path / "c")
+    launch(engine, write_yaml(tmp_path / "c", CAMPAIGN))
     run(engine, smtp_server, "t4", after_commit=False)
     assert_each_sent_once(engine, smtp_server)
 
@@ -112,7 +101,7 @@ def test_t4_rolled_back_is_retried_then_sends_once(
 def test_a_failed_completion_write_is_retried(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, tmp_path / "c")
+    launch(engine, write_yaml(tmp_path / "c", CAMPAIGN))
     worker = run(engine, smtp_server, "complete", after_commit=False)
     assert worker.report.sent == 3
     assert_each_sent_once(engine, smtp_server)
@@ -121,6 +110,6 @@ def test_a_failed_completion_write_is_retried(
 def test_a_completion_committed_but_ack_lost_is_not_double_counted(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, tmp_path / "c")
+    launch(engine, write_yaml(tmp_path / "c", CAMPAIGN))
     run(engine, smtp_server, "complete", after_commit=True)
     assert_each_sent_once(engine, smtp_server)

@@ -15,15 +15,13 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from typer.testing import CliRunner, Result
 
 from dispatch.egress import EgressClient, EgressDenied, EgressPolicy
 from dispatch.egress_ranges import _IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
-from herald import audience_cli  # noqa: F401 - registers its commands on the app
-from herald.cli import app
 from tests.egress_support.connector import RecordingBackend
 from tests.egress_support.resolver import FakeResolver
 from tests.egress_support.servers import LocalHTTPServer, Reply
+from tests.support.factories import invoke
 
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address
@@ -268,23 +266,16 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHTTPServer]:
         yield local
 
 
-def run_herald(*args: str) -> Result:
-    result = CliRunner().invoke(app, list(args))
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result
-
-
 def test_cli_mapped_loopback_is_denied_and_the_allowlist_admits_it(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = server.url("/a.csv", host="[::ffff:127.0.0.1]")
-    result = run_herald("audience", "check", url)
+    result = invoke("audience", "check", url)
     assert result.exit_code == 2, result.output
     assert "IPv4-mapped (::ffff:0:0/96) embedding loopback (127.0.0.0/8)" in result.output
     assert server.requests == []
     monkeypatch.setenv("HERALD_EGRESS_ALLOW", "127.0.0.1/32")
-    result = run_herald("audience", "check", url)
+    result = invoke("audience", "check", url)
     assert result.exit_code == 0, result.output
     assert "1 recipient(s)" in result.output
     assert [request.peer for request in server.requests] == ["127.0.0.1"]
@@ -294,7 +285,7 @@ def test_cli_nat64_of_loopback_is_denied_even_with_nat64_enabled(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERALD_EGRESS_NAT64", "1")
-    result = run_herald("audience", "check", server.url("/a.csv", host="[64:ff9b::127.0.0.1]"))
+    result = invoke("audience", "check", server.url("/a.csv", host="[64:ff9b::127.0.0.1]"))
     assert result.exit_code == 2, result.output
     assert "NAT64 (64:ff9b::/96) embedding loopback (127.0.0.0/8)" in result.output
     assert server.requests == []
@@ -304,7 +295,7 @@ def test_cli_rejects_a_malformed_nat64_setting_in_one_line(
     server: LocalHTTPServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HERALD_EGRESS_NAT64", "64:ff9b::/64")
-    result = run_herald("audience", "check", server.url("/a.csv"))
+    result = invoke("audience", "check", server.url("/a.csv"))
     assert result.exit_code == 2, result.output
     assert "HERALD_EGRESS_NAT64: '64:ff9b::/64' is not 1, 0 or an IPv6 /96 prefix" in result.output
     assert server.requests == []

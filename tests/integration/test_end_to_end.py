@@ -11,32 +11,22 @@ from email.message import EmailMessage
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner
 
-from campaigns.control import register
-from campaigns.spec import load_campaign
 from dispatch.keys import KeyTuple, message_id
 from dispatch.states import is_valid_path
 from dispatch.store import OutboxStore
-from herald.cli import app
-from scheduler.fanout import materialise
 from tests.support.campaign_files import run_worker, write_campaign
+from tests.support.factories import invoke, launch
 from tests.support.smtp_server import LedgerSMTPServer
 
 LAUNCH = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-
-
-def launch(engine: Engine, path: Path, now: datetime = LAUNCH) -> int:
-    loaded = load_campaign(path)
-    registration = register(engine, loaded, now=now)
-    return materialise(engine, loaded, registration.campaign.launched_at).new_jobs
 
 
 def test_three_steps_to_200_recipients_each_arrive_once(
     tmp_path: Path, engine: Engine, db_url: str, smtp_server: LedgerSMTPServer
 ) -> None:
     path, addresses = write_campaign(tmp_path / "c", recipients=200)
-    assert launch(engine, path) == 600
+    assert launch(engine, path, now=LAUNCH).new_jobs == 600
 
     report = run_worker(engine, smtp_server.host, smtp_server.port)
     assert report.sent == 600
@@ -80,7 +70,7 @@ def test_three_steps_to_200_recipients_each_arrive_once(
             text, html = msg.iter_parts()
             assert f"See you, User {number}" in text.get_content()
 
-    result = CliRunner().invoke(app, ["status", "--json", "--database-url", db_url])
+    result = invoke("status", "--json", "--database-url", db_url)
     assert result.exit_code == 0, result.output
     snapshot = json.loads(result.output)
     assert snapshot["totals"]["sent"] == len(accepted) == 600
@@ -108,7 +98,7 @@ def test_later_steps_wait_for_their_delay(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=5, later="3d")
-    assert launch(engine, path, now=datetime.now(UTC)) == 15
+    assert launch(engine, path).new_jobs == 15
     store = OutboxStore(engine.dialect.name)
     run_worker(engine, smtp_server.host, smtp_server.port, config=None)
     # --until-idle waits for due work only while something is due within its poll: the

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 from aiosmtplib import SMTP
-from typer.testing import CliRunner
 
-from herald.cli import app
 from herald.sink import start_sink
 from tests.support.campaign_files import write_campaign
+from tests.support.factories import invoke
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +37,7 @@ def test_launch_creates_the_database_and_its_wal_and_shm_0600(tmp_path: Path) ->
     path, _ = write_campaign(tmp_path / "campaign", recipients=3)
     db = tmp_path / "fresh" / "herald.db"
     db.parent.mkdir()
-    result = CliRunner().invoke(app, ["launch", str(path), "--database-url", f"sqlite:///{db}"])
+    result = invoke("launch", str(path), "--database-url", f"sqlite:///{db}")
     assert result.exit_code == 0, result.output
     assert mode(db) == 0o600
     # The WAL and SHM exist while a connection is open (the last one to close removes them):
@@ -59,7 +58,7 @@ def test_launch_creates_the_database_and_its_wal_and_shm_0600(tmp_path: Path) ->
 def test_a_rollback_journal_is_0600_too(tmp_path: Path) -> None:
     path, _ = write_campaign(tmp_path / "campaign", recipients=1)
     db = tmp_path / "herald.db"
-    result = CliRunner().invoke(app, ["launch", str(path), "--database-url", f"sqlite:///{db}"])
+    result = invoke("launch", str(path), "--database-url", f"sqlite:///{db}")
     assert result.exit_code == 0, result.output
     connection = sqlite3.connect(db, isolation_level=None)
     try:
@@ -77,14 +76,14 @@ def test_an_existing_database_keeps_its_mode(tmp_path: Path) -> None:
     db = tmp_path / "herald.db"
     sqlite3.connect(db).close()
     os.chmod(db, 0o640)  # the operator's choice, e.g. a group of auditors
-    result = CliRunner().invoke(app, ["db", "upgrade", "--database-url", f"sqlite:///{db}"])
+    result = invoke("db", "upgrade", "--database-url", f"sqlite:///{db}")
     assert result.exit_code == 0, result.output
     assert mode(db) == 0o640
 
 
 def test_a_missing_directory_is_a_one_line_error(tmp_path: Path) -> None:
     db = tmp_path / "nowhere" / "herald.db"
-    result = CliRunner().invoke(app, ["db", "upgrade", "--database-url", f"sqlite:///{db}"])
+    result = invoke("db", "upgrade", "--database-url", f"sqlite:///{db}")
     assert result.exit_code == 1, result.output
     assert "cannot create the database file" in result.output
     assert "Traceback" not in result.output

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner, Result
 
-import herald.operator_cli  # noqa: F401  (registers in-doubt / dead on the app)
 from dispatch.key_lookup import KeyPrefixError, normalise_prefix
 from dispatch.models import send_event, send_job
 from dispatch.states import State
-from dispatch.store import Completion, NewJob, OutboxStore
-from herald.cli import app
+from dispatch.store import Completion
+from tests.support.factories import cli, complete, sending
 
 J = send_job.c
 SHARED = "abcdef01"  # the first 8 characters of two keys below
@@ -31,28 +28,9 @@ SHARED = "abcdef01"  # the first 8 characters of two keys below
 
 def make_job(engine: Engine, key: str, target: State) -> str:
     """Enqueue a job with this exact key and take it to ``target`` (in_doubt or failed)."""
-    store = OutboxStore(engine.dialect.name)
-    due = datetime.now(UTC) - timedelta(seconds=1)
-    job = NewJob(
-        key=key,
-        key_tuple="[]",
-        campaign="alpha",
-        step="hello",
-        occurrence_at=due,
-        channel="email",
-        sender="news@herald.test",
-        recipient=f"{key[:8]}@example.com",
-        message_id=f"<{key[:32]}@herald.test>",
-        payload=b"Subject: x\r\n\r\nbody\r\n",
-        not_before=due,
-    )
-    with engine.begin() as conn:
-        store.enqueue(conn, [job])
-        (claimed,) = store.claim(conn, owner="w", limit=1, lease_seconds=600)
-        assert claimed.key == key
-        assert store.start_sends(conn, [claimed.lease], margin_seconds=1, actor="w")
-        done = Completion(claimed.lease, target, code=550, text="x", in_doubt_reason="timeout")
-        assert store.complete(conn, [done], actor="w") == {claimed.id}
+    job = sending(engine, key[:8], key=key)
+    done = Completion(job.lease, target, code=550, text="x", in_doubt_reason="timeout")
+    complete(engine, done)
     return key
 
 
@@ -63,13 +41,6 @@ def keys(engine: Engine) -> dict[str, str]:
         "doubt2": make_job(engine, SHARED + "2" * 56, State.IN_DOUBT),
         "dead1": make_job(engine, "0123456789" + "a" * 54, State.FAILED),
     }
-
-
-def cli(db_url: str, *args: str) -> Result:
-    result = CliRunner().invoke(app, [*args, "--database-url", db_url])
-    assert "Traceback" not in result.output, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result
 
 
 def snapshot(engine: Engine) -> tuple[list[tuple[str, str]], int]:

@@ -18,18 +18,16 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner
 
-import herald.operator_cli  # noqa: F401  (registers dead retry on the app)
 from campaigns.spec import load_campaign
 from campaigns.suppression import suppress
 from dispatch.dbtypes import UtcTimestamp
 from dispatch.keys import KeyTuple
-from herald.cli import app
 from herald.db import create_engine
 from herald.schema import _config, upgrade
 from scheduler.fanout import materialise
 from tests.conftest import PG_HOST, PG_PORT
+from tests.support.factories import cli
 
 OCCURRENCE = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -180,9 +178,7 @@ def test_0003_keeps_the_job_that_may_have_reached_the_mailbox(bare_engine: Engin
     assert after[pending].superseded_at is not None
     url = bare_engine.url.set(drivername=bare_engine.url.get_backend_name())
     key = after[failed].key
-    retried = CliRunner().invoke(
-        app, ["dead", "retry", key, "--database-url", url.render_as_string(hide_password=False)]
-    )
+    retried = cli(url.render_as_string(hide_password=False), "dead", "retry", key)
     assert retried.exit_code == 1, retried.output
     assert jobs(bare_engine)[failed].state == "failed"
 

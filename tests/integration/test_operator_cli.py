@@ -7,7 +7,6 @@ expired with an UPDATE. Every test runs on SQLite and PostgreSQL via the ``db_ur
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Sequence
@@ -17,13 +16,21 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-import herald.operator_cli  # noqa: F401  (registers recover / in-doubt / dead on the app)
 from dispatch.models import send_event, send_job
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, NewJob, OutboxStore
-from herald.cli import app
+from dispatch.store import Completion, OutboxStore
+from tests.support.factories import (
+    claimed,
+    cli,
+    complete,
+    dead_550,
+    in_doubt,
+    pending,
+    sending,
+    sent,
+)
 
 OPERATOR = "tester"
 J = send_job.c
@@ -35,96 +42,6 @@ def _operator_name(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---------------------------------------------------------------------- setting up jobs
-
-
-def key_of(name: str) -> str:
-    """A realistic 64-hex key, so the 16-character prefixes `list` shows are unambiguous."""
-    return hashlib.sha256(name.encode()).hexdigest()
-
-
-def _new_job(
-    name: str,
-    campaign: str,
-    *,
-    due: datetime,
-    max_send_attempts: int = 5,
-    max_claims: int = 10,
-) -> NewJob:
-    key = key_of(name)
-    return NewJob(
-        key=key,
-        key_tuple="[]",
-        campaign=campaign,
-        step="hello",
-        occurrence_at=due,
-        channel="email",
-        sender="news@herald.test",
-        recipient=f"{name}@example.com",
-        message_id=f"<{key[:32]}@herald.test>",
-        payload=b"Subject: x\r\n\r\nbody\r\n",
-        not_before=due,
-        max_send_attempts=max_send_attempts,
-        max_claims=max_claims,
-    )
-
-
-def pending(
-    engine: Engine, name: str, campaign: str = "alpha", *, due_in: float = 3600, **kw: Any
-) -> str:
-    """A pending job; by default due in an hour, so no later claim() picks it up."""
-    store = OutboxStore(engine.dialect.name)
-    due = datetime.now(UTC) + timedelta(seconds=due_in)
-    with engine.begin() as conn:
-        assert store.enqueue(conn, [_new_job(name, campaign, due=due, **kw)]) == 1
-    return key_of(name)
-
-
-def claimed(
-    engine: Engine, name: str, campaign: str = "alpha", *, lease: float = 600, **kw: Any
-) -> ClaimedJob:
-    store = OutboxStore(engine.dialect.name)
-    due = datetime.now(UTC) - timedelta(seconds=1)
-    with engine.begin() as conn:
-        assert store.enqueue(conn, [_new_job(name, campaign, due=due, **kw)]) == 1
-        (job,) = store.claim(conn, owner=f"worker-{name}", limit=1, lease_seconds=lease)
-    assert job.key == key_of(name), "another due job was claimed: test set-up is wrong"
-    return job
-
-
-def sending(engine: Engine, name: str, campaign: str = "alpha", **kw: Any) -> ClaimedJob:
-    job = claimed(engine, name, campaign, **kw)
-    store = OutboxStore(engine.dialect.name)
-    with engine.begin() as conn:
-        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w") == {job.id}
-    return job
-
-
-def complete(engine: Engine, completion: Completion) -> None:
-    store = OutboxStore(engine.dialect.name)
-    with engine.begin() as conn:
-        assert store.complete(conn, [completion], actor="w") == {completion.lease[0]}
-
-
-def in_doubt(
-    engine: Engine, name: str, campaign: str = "alpha", reason: str = "timeout in DATA", **kw: Any
-) -> ClaimedJob:
-    """T8: the connection died inside DATA."""
-    job = sending(engine, name, campaign, **kw)
-    complete(engine, Completion(job.lease, State.IN_DOUBT, text="timeout", in_doubt_reason=reason))
-    return job
-
-
-def sent(engine: Engine, name: str, campaign: str = "alpha") -> ClaimedJob:
-    job = sending(engine, name, campaign)
-    complete(engine, Completion(job.lease, State.SENT, code=250, text="2.0.0 queued"))
-    return job
-
-
-def dead_550(engine: Engine, name: str, campaign: str = "alpha", **kw: Any) -> ClaimedJob:
-    """T7: a definitive 5xx after DATA."""
-    job = sending(engine, name, campaign, **kw)
-    complete(engine, Completion(job.lease, State.FAILED, code=550, text="5.1.1 no such user"))
-    return job
 
 
 def expire(engine: Engine, *job_ids: int) -> None:
@@ -164,10 +81,6 @@ def db_now(engine: Engine) -> datetime:
 
 
 # ---------------------------------------------------------------------- running the CLI
-
-
-def cli(db_url: str, *args: str) -> Result:
-    return CliRunner().invoke(app, [*args, "--database-url", db_url])
 
 
 def ok(db_url: str, *args: str) -> Result:

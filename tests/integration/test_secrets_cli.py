@@ -12,20 +12,20 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from herald import operator_cli  # noqa: F401 - registers dead, recover
-from herald.cli import app
 from herald.db import create_engine
 from tests.egress_support.servers import LocalHTTPServer, Reply, SeenRequest
-from tests.unit.test_redact import HOSTILE, START, leaks
+from tests.support.factories import invoke
+from tests.support.hostile import HOSTILE, START, leaks
 
 TOKEN_VARIABLE = "HERALD_SECRET_HOOK_TOKEN"
 CLI = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args), env=env)
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """The shared in-process ``invoke``, as (exit code, output) for the properties below."""
+    result = invoke(*args, env=env)
     return result.exit_code, result.output
 
 
@@ -41,7 +41,7 @@ def test_a_malformed_smtp_url_never_prints_the_password(
         url = f"smtp://user:{quote(secret, safe='')}@127.0.0.1:{port}{option}"
         if not port and not option:
             url += "?starttls=maybe"
-        code, output = invoke("worker", "--until-idle", "--database-url", db, "--smtp-url", url)
+        code, output = run("worker", "--until-idle", "--database-url", db, "--smtp-url", url)
     assert code == 2, output
     assert "Traceback" not in output
     assert "hint:" in output
@@ -53,7 +53,7 @@ def test_a_malformed_smtp_url_never_prints_the_password(
 def test_an_unreachable_database_never_prints_the_password(secret: str, command: str) -> None:
     url = f"postgresql://herald:{quote(secret, safe='')}@127.0.0.1:1/herald"
     args = [command, "list"] if command == "dead" else [command]
-    code, output = invoke(*args, "--database-url", url)
+    code, output = run(*args, "--database-url", url)
     assert code == 1, output
     assert "Traceback" not in output
     assert not leaks(output, secret), output
@@ -63,7 +63,7 @@ def test_an_unreachable_database_never_prints_the_password(secret: str, command:
 @given(secret=HOSTILE, port=st.sampled_from(["x5432", "5432x"]))
 def test_a_malformed_database_url_is_one_line_exit_2(secret: str, port: str) -> None:
     url = f"postgresql://herald:{quote(secret, safe='')}@127.0.0.1:{port}/herald"
-    code, output = invoke("status", "--database-url", url)
+    code, output = run("status", "--database-url", url)
     assert code == 2, output
     assert "Traceback" not in output
     assert "hint:" in output
@@ -135,17 +135,17 @@ def test_a_receiver_echoing_the_token_never_gets_it_stored_or_printed(
             "HERALD_EGRESS_PORTS": str(server.port),
         }
         outputs = []
-        code, output = invoke("launch", str(path), "--database-url", db, env=env)
+        code, output = run("launch", str(path), "--database-url", db, env=env)
         assert code == 0, output
         outputs.append(output)
-        code, output = invoke(
+        code, output = run(
             "worker", "--until-idle", "--idle-horizon", "0", "--poll", "0.05",
             "--database-url", db, env=env,
         )  # fmt: skip
         assert code == 0, output
         outputs.append(output)
         for args in (["dead", "list"], ["dead", "list", "--json"], ["status", "--json"]):
-            code, output = invoke(*args, "--database-url", db, env=env)
+            code, output = run(*args, "--database-url", db, env=env)
             outputs.append(output)
         stored = every_stored_text(db)
         assert server.requests, "the receiver was never called"

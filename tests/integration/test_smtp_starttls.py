@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 import trustme
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
 from dispatch.smtp import SmtpConfig, SmtpUrlError
-from herald.cli import app
 from herald.db import create_engine
 from tests.egress_support.servers import tls_pair
 from tests.support.auth_smtp import AuthSMTPServer
 from tests.support.campaign_files import write_campaign
+from tests.support.factories import invoke
 
 PASSWORD = "pa55-w0rd/with?odd#chars"
 USER = "mailer"
@@ -48,7 +48,7 @@ def trusted(ca: trustme.CA, tmp_path: Path) -> dict[str, str]:
 def launched(tmp_path: Path) -> str:
     path, _ = write_campaign(tmp_path / "campaign", recipients=2)
     db = f"sqlite:///{tmp_path / 'herald.db'}"
-    result = CliRunner().invoke(app, ["launch", str(path), "--database-url", db])
+    result = invoke("launch", str(path), "--database-url", db)
     assert result.exit_code == 0, result.output
     return db
 
@@ -56,7 +56,7 @@ def launched(tmp_path: Path) -> str:
 def run_worker(db: str, smtp_url: str, env: dict[str, str] | None = None) -> Result:
     args = ["worker", "--until-idle", "--database-url", db, "--smtp-url", smtp_url]
     args += ["--poll", "0.05", "--idle-horizon", "0", "--concurrency", "2"]
-    return CliRunner().invoke(app, args, env=env)
+    return invoke(*args, env=env)
 
 
 def job_rows(db: str) -> list[sa.Row[tuple[str, int, str | None]]]:

@@ -17,13 +17,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
-from typer.testing import CliRunner, Result
 
-import herald.operator_cli  # noqa: F401  (registers in-doubt / dead on the app)
 from dispatch.models import send_event, send_job
 from dispatch.states import State, allowed_edges, is_valid_path
 from dispatch.store import Completion, OutboxStore
-from herald.cli import app
+from tests.support.factories import cli, launch_json
 from tests.support.smtp_server import LedgerSMTPServer
 
 NAME = "supersede"
@@ -53,19 +51,6 @@ def write_version(
     path = folder / "campaign.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def cli(db_url: str, *args: str) -> Result:
-    result = CliRunner().invoke(app, [*args, "--database-url", db_url])
-    assert "Traceback" not in result.output, result.output
-    return result
-
-
-def launch(db_url: str, path: Path, *extra: str) -> dict[str, Any]:
-    result = cli(db_url, "launch", str(path), "--json", *extra)
-    assert result.exit_code == 0, result.output
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
 
 
 def drain(db_url: str, server: LedgerSMTPServer) -> None:
@@ -164,13 +149,13 @@ def test_removed_step_and_recipient_are_cancelled_as_superseded_and_never_sent(
 ) -> None:
     people = ["ann@example.com", "bob@example.com", "cy@example.com"]
     v1 = write_version(tmp_path / "c", 1, ["welcome", "tips"], people)
-    assert launch(db_url, v1)["new_jobs"] == 6
+    assert launch_json(db_url, v1)["new_jobs"] == 6
     held = claim_step(engine, "tips")  # a worker holds claims on the step about to go
     assert len(held) == 3
 
     # v2 drops the step `tips` and the recipient cy, keeps (and changes) welcome for ann, bob.
     v2 = write_version(tmp_path / "c", 2, ["welcome"], people[:2])
-    report = launch(db_url, v2, "--force-new-version")
+    report = launch_json(db_url, v2, "--force-new-version")
     assert report["version"] == 2
     assert report["superseded_jobs"] == 4  # tips × 3 (claimed) + welcome for cy (pending)
 
@@ -218,10 +203,12 @@ def test_relaunching_a_removed_step_restores_it_with_the_new_content(
     tmp_path: Path, db_url: str, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     people = ["ann@example.com", "bob@example.com"]
-    launch(db_url, write_version(tmp_path / "c", 1, ["welcome", "tips"], people))
-    launch(db_url, write_version(tmp_path / "c", 2, ["welcome"], people), "--force-new-version")
+    launch_json(db_url, write_version(tmp_path / "c", 1, ["welcome", "tips"], people))
+    launch_json(
+        db_url, write_version(tmp_path / "c", 2, ["welcome"], people), "--force-new-version"
+    )
     assert {r.state for (step, _), r in rows(engine).items() if step == "tips"} == {"cancelled"}
-    report = launch(
+    report = launch_json(
         db_url,
         write_version(tmp_path / "c", 3, ["welcome", "tips"], people),
         "--force-new-version",
@@ -286,7 +273,7 @@ def test_a_failure_while_storing_the_new_version_changes_nothing(
     tmp_path: Path, db_url: str, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     people = ["ann@example.com", "bob@example.com", "cy@example.com"]
-    launch(db_url, write_version(tmp_path / "c", 1, ["welcome", "tips"], people))
+    launch_json(db_url, write_version(tmp_path / "c", 1, ["welcome", "tips"], people))
     before = _snapshot(engine)
 
     # v2 drops `tips` and cy, changes welcome, adds `extra` -- whose jobs the database refuses
@@ -300,7 +287,7 @@ def test_a_failure_while_storing_the_new_version_changes_nothing(
     assert {r.state for r in rows(engine).values()} == {"pending"}
 
     _drop_failing_trigger(engine)
-    assert launch(db_url, v2, "--force-new-version")["superseded_jobs"] == 4
+    assert launch_json(db_url, v2, "--force-new-version")["superseded_jobs"] == 4
     drain(db_url, smtp_server)
     assert sorted(delivered(smtp_server.messages())) == [
         (2, step, who) for step in ("extra", "welcome") for who in people[:2]
@@ -314,13 +301,13 @@ def test_superseded_dead_and_in_doubt_jobs_are_never_rearmed(
     tmp_path: Path, db_url: str, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     people = ["ann@example.com", "bob@example.com", "cy@example.com"]
-    launch(db_url, write_version(tmp_path / "c", 1, ["welcome", "tips"], people))
+    launch_json(db_url, write_version(tmp_path / "c", 1, ["welcome", "tips"], people))
     tips = {job.recipient: job for job in claim_step(engine, "tips")}
     settle(engine, [tips["ann@example.com"]], State.FAILED)
     settle(engine, [tips["bob@example.com"]], State.IN_DOUBT)
     settle(engine, [tips["cy@example.com"]], State.SENDING)  # on the wire at the switch
 
-    report = launch(
+    report = launch_json(
         db_url, write_version(tmp_path / "c", 2, ["welcome"], people), "--force-new-version"
     )
     assert report["superseded_jobs"] == 3
@@ -400,7 +387,7 @@ def test_every_message_belongs_to_the_version_current_when_it_was_sent(
     pairs: set[tuple[str, str]] = set()
     for version, (steps, people, drain_now) in enumerate(SCENARIOS[scenario], start=1):
         path = write_version(tmp_path / "c", version, steps, people)
-        launch(db_url, path, *(["--force-new-version"] if version > 1 else []))
+        launch_json(db_url, path, *(["--force-new-version"] if version > 1 else []))
         pairs = {(step, who) for step in steps for who in people}
         if not drain_now:
             continue

@@ -21,12 +21,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from herald.cli import app
 from templates.errors import TemplateError
 from templates.mime import build_message
 from templates.render import RenderedContent
+from tests.support.factories import invoke
 from tests.support.mail_reading import mailboxes, parse
 from tests.support.smtp_server import LedgerSMTPServer
 
@@ -245,19 +244,14 @@ def test_an_encoded_word_in_a_csv_value_arrives_as_literal_subject_text(
     tmp_path: Path, db_url: str, smtp_server: LedgerSMTPServer
 ) -> None:
     path = _write(tmp_path / "c", [{"email": "ada@example.org", "name": "Ada", "offer": INJECTION}])
-    runner = CliRunner()
-
-    validated = runner.invoke(app, ["validate", str(path)])
+    validated = invoke("validate", str(path))
     assert validated.exit_code == 0, validated.output
-    launched = runner.invoke(app, ["launch", str(path), "--database-url", db_url])
+    launched = invoke("launch", str(path), "--database-url", db_url)
     assert launched.exit_code == 0, launched.output
-    worked = runner.invoke(
-        app,
-        [
-            "worker", "--until-idle", "--database-url", db_url,
-            "--smtp-url", f"smtp://{smtp_server.host}:{smtp_server.port}",
-            "--poll", "0.05", "--retry-base", "0.01", "--idle-horizon", "0",
-        ],
+    worked = invoke(
+        "worker", "--until-idle", "--database-url", db_url,
+        "--smtp-url", f"smtp://{smtp_server.host}:{smtp_server.port}",
+        "--poll", "0.05", "--retry-base", "0.01", "--idle-horizon", "0",
     )  # fmt: skip
     assert worked.exit_code == 0, worked.output
 
@@ -276,7 +270,7 @@ def test_validate_refuses_a_control_character_in_a_subject_from_data(
 ) -> None:
     path = _write(tmp_path / "c", [{"email": "ada@example.org", "name": "Ada", "offer": value}])
 
-    result = CliRunner().invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
 
     assert result.exit_code == 2, result.output
     assert "subject contains" in result.output

@@ -19,8 +19,6 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from campaigns.control import register
-from campaigns.spec import load_campaign
 from dispatch.egress import EgressPolicy
 from dispatch.keys import KeyTuple
 from dispatch.models import send_job
@@ -30,9 +28,9 @@ from dispatch.store import OutboxStore
 from dispatch.transport import Transport
 from dispatch.webhook import WebhookTransport
 from dispatch.worker import Worker, WorkerConfig, WorkerReport
-from scheduler.fanout import materialise
 from tests.egress_support.servers import LocalHTTPServer, Reply, SeenRequest, redirect
 from tests.support.campaign_files import fast_config
+from tests.support.factories import launch
 from tests.support.smtp_server import LedgerSMTPServer
 
 LAUNCH = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)  # in the past: every job is due at once
@@ -82,12 +80,6 @@ steps:
         encoding="utf-8",
     )
     return path
-
-
-def launch(engine: Engine, path: Path) -> int:
-    loaded = load_campaign(path)
-    registration = register(engine, loaded, now=LAUNCH)
-    return materialise(engine, loaded, registration.campaign.launched_at).new_jobs
 
 
 def policy_for(server: LocalHTTPServer, **overrides: Any) -> EgressPolicy:
@@ -146,7 +138,7 @@ def test_each_key_is_delivered_once_through_a_503_retry(
 
     with LocalHTTPServer({"/hook": hook}) as server:
         path = write_campaign(tmp_path, server.url("/hook"), email_step=True)
-        assert launch(engine, path) == 2 * len(PEOPLE)
+        assert launch(engine, path, now=LAUNCH).new_jobs == 2 * len(PEOPLE)
         report = run_worker(engine, policy_for(server), smtp=smtp_server)
 
     assert report.sent == 2 * len(PEOPLE)
@@ -194,7 +186,7 @@ def test_429_retry_after_is_honoured(tmp_path: Path, engine: Engine, form: str) 
         wait += 100
     reply = Reply(status=429, headers={"Retry-After": retry_after})
     with LocalHTTPServer({"/hook": reply}) as server:
-        launch(engine, write_campaign(tmp_path, server.url("/hook")))
+        launch(engine, write_campaign(tmp_path, server.url("/hook")), now=LAUNCH)
         report = run_worker(engine, policy_for(server))
     assert (report.retried, report.sent) == (len(PEOPLE), 0)
     assert len(server.requests) == len(PEOPLE)  # not retried within the run: it must wait
@@ -218,7 +210,7 @@ def test_other_answers_fail_for_good(
     tmp_path: Path, engine: Engine, reply: Reply, code: int | None, text: str
 ) -> None:
     with LocalHTTPServer({"/hook": reply}) as server:
-        launch(engine, write_campaign(tmp_path, server.url("/hook")))
+        launch(engine, write_campaign(tmp_path, server.url("/hook")), now=LAUNCH)
         report = run_worker(engine, policy_for(server))
     assert report.failed == len(PEOPLE)
     assert [r.path for r in server.requests] == ["/hook"] * len(PEOPLE)  # once each
@@ -235,7 +227,7 @@ def test_a_denied_url_fails_with_the_rule_and_is_never_contacted(
     with LocalHTTPServer({}) as server:
         # 127.0.0.2 is loopback too, but only 127.0.0.1 is on the allowlist.
         url = f"http://127.0.0.2:{server.port}/hook"
-        launch(engine, write_campaign(tmp_path, url))
+        launch(engine, write_campaign(tmp_path, url), now=LAUNCH)
         report = run_worker(engine, policy_for(server))
     assert report.failed == len(PEOPLE)
     assert server.requests == []
@@ -251,7 +243,7 @@ def test_connection_refused_is_retried_never_in_doubt(tmp_path: Path, engine: En
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/hook"
-    launch(engine, write_campaign(tmp_path, url, max_attempts=2))
+    launch(engine, write_campaign(tmp_path, url, max_attempts=2), now=LAUNCH)
     environ = {
         "HERALD_EGRESS_ALLOW": "127.0.0.1/32",
         "HERALD_EGRESS_ALLOW_HTTP": "1",
@@ -281,7 +273,7 @@ def test_timeout_after_sending_is_in_doubt_and_resent_only_by_policy(
 ) -> None:
     calls, hook = stall_once()
     with LocalHTTPServer({"/hook": hook}) as server:
-        launch(engine, write_campaign(tmp_path, server.url("/hook"), in_doubt=policy))
+        launch(engine, write_campaign(tmp_path, server.url("/hook"), in_doubt=policy), now=LAUNCH)
         guard = policy_for(server, total_timeout=1.0)
         # No recovery pass inside the first run, so its outcome is observable in between.
         first = run_worker(engine, guard, config=fast_config(recovery_interval=3600))

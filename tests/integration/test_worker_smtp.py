@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy.engine import Engine
 
-from campaigns.control import register
-from campaigns.spec import load_campaign
 from dispatch.states import State, is_valid_path
 from dispatch.store import OutboxStore
-from scheduler.fanout import materialise
 from tests.support.campaign_files import run_worker
+from tests.support.factories import launch, write_yaml
 from tests.support.smtp_server import Fault, FaultPlan, LedgerSMTPServer
 
 ONE_STEP = """\
@@ -32,12 +29,8 @@ steps:
 
 
 def launch_one(engine: Engine, folder: Path, max_attempts: int = 5) -> None:
-    folder.mkdir()
-    path = folder / "c.yaml"
-    path.write_text(ONE_STEP.format(max_attempts=max_attempts))
-    loaded = load_campaign(path)
-    registration = register(engine, loaded, now=datetime.now(UTC))
-    assert materialise(engine, loaded, registration.campaign.launched_at).new_jobs == 1
+    path = write_yaml(folder, ONE_STEP.format(max_attempts=max_attempts))
+    assert launch(engine, path).new_jobs == 1
 
 
 StartServer = Callable[[FaultPlan], LedgerSMTPServer]

@@ -11,25 +11,14 @@ import csv
 import email
 import email.policy
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from campaigns.suppression import suppress
+from tests.support.factories import run_herald
 from tests.support.smtp_server import LedgerSMTPServer, read_ledger_entries
-
-HERALD = Path(sys.executable).parent / "herald"
-
-
-def herald(*args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [str(HERALD), *args], capture_output=True, text=True, timeout=240, check=False
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def write_campaign(folder: Path, name: str, emails: list[str]) -> Path:
@@ -49,7 +38,7 @@ def write_campaign(folder: Path, name: str, emails: list[str]) -> Path:
 def test_one_mailbox_gets_one_message_and_suppression_holds_for_every_spelling(
     tmp_path: Path, db_url: str, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    assert herald("db", "upgrade", "--database-url", db_url).returncode == 0
+    assert run_herald("db", "upgrade", "--database-url", db_url).returncode == 0
     with engine.begin() as conn:
         assert suppress(conn, "blocked@example.com", "unsubscribed")
 
@@ -62,13 +51,13 @@ def test_one_mailbox_gets_one_message_and_suppression_holds_for_every_spelling(
     quoted = write_campaign(tmp_path, "quoted", ['"blocked"@example.com'])
     launched = {}
     for path in (spellings, others, quoted):
-        result = herald("launch", str(path), "--database-url", db_url, "--json")
+        result = run_herald("launch", str(path), "--database-url", db_url, "--json")
         assert result.returncode == 0, result.stderr
         launched[path.stem] = json.loads(result.stdout)["new_jobs"]
     assert launched == {"spellings": 1, "others": 3, "quoted": 1}
 
     smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
-    result = herald(
+    result = run_herald(
         "worker", "--until-idle", "--json", "--database-url", db_url, "--smtp-url", smtp_url,
         "--poll", "0.05", "--retry-base", "0.01",
     )  # fmt: skip
@@ -104,5 +93,5 @@ def test_one_mailbox_gets_one_message_and_suppression_holds_for_every_spelling(
 
     # Relaunching changes nothing.
     for path in (spellings, others, quoted):
-        result = herald("launch", str(path), "--database-url", db_url, "--json")
+        result = run_herald("launch", str(path), "--database-url", db_url, "--json")
         assert json.loads(result.stdout)["new_jobs"] == 0

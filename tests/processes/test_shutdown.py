@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -14,15 +13,12 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from campaigns.control import register
-from campaigns.spec import load_campaign
 from dispatch.models import send_event, send_job
 from dispatch.store import OutboxStore
-from scheduler.fanout import materialise
 from tests.support.campaign_files import run_worker, write_campaign
+from tests.support.factories import launch
+from tests.support.paths import HERALD
 from tests.support.smtp_server import Fault, LedgerSMTPServer
-
-HERALD = str(Path(sys.executable).parent / "herald")
 
 
 def slow_server(tmp_path: Path, delay: float) -> LedgerSMTPServer:
@@ -37,7 +33,7 @@ def slow_server(tmp_path: Path, delay: float) -> LedgerSMTPServer:
 def start_worker(db_url: str, server: LedgerSMTPServer) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
-            HERALD,
+            str(HERALD),
             "worker",
             "--database-url",
             db_url,
@@ -70,17 +66,10 @@ def states(engine: Engine) -> Counter[str]:
         return Counter(conn.execute(sa.select(send_job.c.state)).scalars().all())
 
 
-def launch(engine: Engine, tmp_path: Path, recipients: int) -> None:
-    path, _ = write_campaign(tmp_path / "c", recipients=recipients)
-    loaded = load_campaign(path)
-    registration = register(engine, loaded, now=datetime.now(UTC))
-    materialise(engine, loaded, registration.campaign.launched_at)
-
-
 def test_sigterm_finishes_started_sends_and_releases_the_rest(
     tmp_path: Path, engine: Engine, db_url: str
 ) -> None:
-    launch(engine, tmp_path, recipients=20)  # 60 jobs
+    launch(engine, write_campaign(tmp_path / "c", recipients=20)[0])  # 60 jobs
     server = slow_server(tmp_path, delay=1.5)
     try:
         worker = start_worker(db_url, server)
@@ -109,7 +98,7 @@ def test_sigterm_finishes_started_sends_and_releases_the_rest(
 def test_a_second_signal_exits_at_once_and_leases_keep_it_safe(
     tmp_path: Path, engine: Engine, db_url: str
 ) -> None:
-    launch(engine, tmp_path, recipients=10)  # 30 jobs
+    launch(engine, write_campaign(tmp_path / "c", recipients=10)[0])  # 30 jobs
     server = slow_server(tmp_path, delay=30)
     try:
         worker = start_worker(db_url, server)

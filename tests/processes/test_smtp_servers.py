@@ -34,6 +34,7 @@ from herald.sink import (
     require_loopback,
     start_sink,
 )
+from tests.support.paths import REPO_ROOT
 from tests.support.smtp_server import (
     Fault,
     FaultPlan,
@@ -43,7 +44,6 @@ from tests.support.smtp_server import (
     read_ledger_entries,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 SENDER = "campaigns@sender.test"
 RECIPIENT = "ada@example.test"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-import sys
 from itertools import count
 from pathlib import Path
 
@@ -20,8 +19,8 @@ import pytest
 from templates.errors import TemplateError
 from templates.limits import RenderLimits
 from templates.render import StepTemplate
+from tests.support.paths import HERALD
 
-HERALD = str(Path(sys.executable).parent / "herald")
 MEMORY_CAP = 1 << 30  # 1 GiB of address space: far more than validate needs, far less than 1e9
 
 HOSTILE = {
@@ -81,7 +80,7 @@ def _validate(folder: Path, body: str) -> subprocess.CompletedProcess[str]:
     path = folder / "campaign.yaml"
     path.write_text(CAMPAIGN)
     return subprocess.run(
-        [HERALD, "validate", "--json", str(path)],
+        [str(HERALD), "validate", "--json", str(path)],
         capture_output=True,
         text=True,
         timeout=120,

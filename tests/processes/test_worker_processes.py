@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,9 +17,9 @@ from dispatch.states import is_valid_path
 from dispatch.store import OutboxStore
 from scheduler.fanout import materialise
 from tests.support.campaign_files import write_campaign
+from tests.support.paths import HERALD
 from tests.support.smtp_server import LedgerSMTPServer
 
-HERALD = str(Path(sys.executable).parent / "herald")
 RECIPIENTS = 400
 
 
@@ -33,7 +32,7 @@ def test_three_worker_processes_send_each_message_exactly_once(
     assert materialise(engine, loaded, launched_at).new_jobs == RECIPIENTS * 3
 
     command = [
-        HERALD, "worker", "--until-idle", "--json",
+        str(HERALD), "worker", "--until-idle", "--json",
         "--database-url", db_url,
         "--smtp-url", f"smtp://{smtp_server.host}:{smtp_server.port}",
         "--concurrency", "10", "--poll", "0.05", "--retry-base", "0.01",

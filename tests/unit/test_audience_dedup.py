@@ -10,12 +10,11 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 import herald.audience_cli  # noqa: F401  (registers `herald audience`)
 from campaigns.addresses import mailbox_identity, normalise_address
 from campaigns.audience import MailboxDeduper, Recipient
-from herald.cli import app
+from tests.support.factories import invoke
 
 # Spellings of three mailboxes, and one other mailbox that only looks alike.
 SPELLINGS = {
@@ -72,13 +71,13 @@ EMAILS = ["dup@y.example", '"dup"@y.example', "other@y.example", '"d\\up"@y.exam
 
 def test_validate_names_each_duplicate_row_and_the_row_it_repeats(tmp_path: Path) -> None:
     path = write_campaign(tmp_path, EMAILS)
-    result = CliRunner().invoke(app, ["validate", str(path)])
+    result = invoke("validate", str(path))
     assert result.exit_code == 0, result.output
     assert 'line 3 ("dup"@y.example): same mailbox as line 2; sent once' in result.stderr
     assert 'line 5 ("d\\up"@y.example): same mailbox as line 2; sent once' in result.stderr
     assert "2 duplicate address(es)" in result.stderr
 
-    result = CliRunner().invoke(app, ["validate", str(path), "--json"])
+    result = invoke("validate", str(path), "--json")
     report = json.loads(result.stdout)
     assert report["recipients"] == 4
     assert report["messages"] == 2
@@ -91,12 +90,12 @@ def test_validate_names_each_duplicate_row_and_the_row_it_repeats(tmp_path: Path
 
 def test_audience_check_names_each_duplicate_row(tmp_path: Path) -> None:
     write_campaign(tmp_path, EMAILS)
-    result = CliRunner().invoke(app, ["audience", "check", str(tmp_path / "people.csv")])
+    result = invoke("audience", "check", str(tmp_path / "people.csv"))
     assert result.exit_code == 0, result.output
     assert 'note: line 5 ("d\\up"@y.example): same mailbox as line 2' in result.stderr
     assert "4 recipient(s), 0 invalid row(s), 2 duplicate(s)" in result.stdout
 
-    result = CliRunner().invoke(app, ["audience", "check", str(tmp_path / "people.csv"), "--json"])
+    result = invoke("audience", "check", str(tmp_path / "people.csv"), "--json")
     assert json.loads(result.stdout)["duplicate_rows"] == [
         {"where": 'line 3 ("dup"@y.example)', "first": "line 2"},
         {"where": 'line 5 ("d\\up"@y.example)', "first": "line 2"},

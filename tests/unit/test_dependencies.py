@@ -7,13 +7,13 @@ import ast
 import re
 import sys
 import tomllib
-from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO_ROOT
+
 PRODUCT = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
 # Import name -> distribution name, where the two differ.
 DISTRIBUTION = {"yaml": "pyyaml", "pydantic_core": "pydantic-core", "jinja2": "jinja2"}
@@ -22,7 +22,7 @@ FLOORS = {"jinja2": "3.1.6", "aiosmtpd": "1.4.6", "idna": "3.7"}
 
 
 def _project() -> dict[str, object]:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
 
 
 def _declared(group: list[str]) -> set[str]:
@@ -30,7 +30,7 @@ def _declared(group: list[str]) -> set[str]:
 
 
 def _locked() -> dict[str, Version]:
-    text = (ROOT / "requirements.lock").read_text()
+    text = (REPO_ROOT / "requirements.lock").read_text()
     pins = re.findall(r"^([A-Za-z0-9_.-]+)==([^\s\\;]+)", text, flags=re.MULTILINE)
     return {canonicalize_name(name): Version(version) for name, version in pins}
 
@@ -39,7 +39,7 @@ def _third_party_imports() -> set[str]:
     ours = set(PRODUCT)
     found: set[str] = set()
     for package in PRODUCT:
-        for path in (ROOT / package).rglob("*.py"):
+        for path in (REPO_ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.Import):
                     found.update(alias.name.split(".")[0] for alias in node.names)
@@ -68,7 +68,7 @@ def test_every_declared_package_is_pinned_with_hashes() -> None:
     )
     locked = _locked()
     assert sorted(declared - set(locked)) == []
-    text = (ROOT / "requirements.lock").read_text()
+    text = (REPO_ROOT / "requirements.lock").read_text()
     blocks = re.split(r"^(?=[A-Za-z0-9_.-]+==)", text, flags=re.MULTILINE)[1:]
     assert len(blocks) == len(locked)
     assert all("--hash=sha256:" in block for block in blocks)

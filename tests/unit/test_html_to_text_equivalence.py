@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -17,8 +16,7 @@ from hypothesis import strategies as st
 
 from templates.html_to_text import _scan, _TextBuilder, html_to_text
 from templates.render import StepTemplate
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests.support.paths import EXAMPLES
 
 # --- the previous implementation -----------------------------------------------------------
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO_ROOT
+
 PACKAGES = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
 
 
@@ -17,7 +18,7 @@ PACKAGES = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
 def test_package_comes_from_this_repository(name: str) -> None:
     module = importlib.import_module(name)
     assert module.__file__ is not None
-    assert Path(module.__file__).resolve().parent == ROOT / name
+    assert Path(module.__file__).resolve().parent == REPO_ROOT / name
 
 
 # Who may import whom: dispatch and templates are the bottom layers; the CLI wires everything.
@@ -33,7 +34,7 @@ ALLOWED = {
 @pytest.mark.parametrize("package", list(ALLOWED))
 def test_layers_import_only_downwards(package: str) -> None:
     offenders = []
-    for path in (ROOT / package).rglob("*.py"):
+    for path in (REPO_ROOT / package).rglob("*.py"):
         tree = ast.parse(path.read_text(), filename=str(path))
         for node in ast.walk(tree):
             names = []
@@ -44,5 +45,5 @@ def test_layers_import_only_downwards(package: str) -> None:
             for name in names:
                 top = name.split(".")[0]
                 if top in ALLOWED and top not in ALLOWED[package]:
-                    offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+                    offenders.append(f"{path.relative_to(REPO_ROOT)} imports {name}")
     assert offenders == []
