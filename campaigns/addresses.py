@@ -42,7 +42,7 @@ MAX_LABEL_LENGTH = 63
 
 # RFC 5322 atext: letters, digits and these printable symbols.
 _ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_DOT_ATOM = re.compile(rf"{_ATOM}(?:\.{_ATOM})*")
+DOT_ATOM = re.compile(rf"{_ATOM}(?:\.{_ATOM})*")
 # Characters a quoted local part may hold without a backslash: printable ASCII except '"' and
 # '\', plus space and tab.
 _QTEXT = re.compile(r"[ \t\x21\x23-\x5b\x5d-\x7e]")
@@ -112,8 +112,8 @@ def _check_local(local: str) -> None:
         raise AddressError("space in local part (quote the local part if it is really meant)")
     if local.startswith(".") or local.endswith(".") or ".." in local:
         raise AddressError("local part has an empty dot-separated part")
-    if not _DOT_ATOM.fullmatch(local):
-        bad = [char for char in local if char != "." and not _DOT_ATOM.fullmatch(char)]
+    if not DOT_ATOM.fullmatch(local):
+        bad = [char for char in local if char != "." and not DOT_ATOM.fullmatch(char)]
         raise AddressError(f"invalid character {bad[0]!r} in local part")
 
 
@@ -189,7 +189,7 @@ def _unquote_local(quoted: str) -> str:
 def _canonical_local(local: str) -> str:
     if local.startswith('"'):
         content = _unquote_local(local)
-        if _DOT_ATOM.fullmatch(content):
+        if DOT_ATOM.fullmatch(content):
             local = content
         else:
             local = '"' + content.replace("\\", "\\\\").replace('"', '\\"') + '"'

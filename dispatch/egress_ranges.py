@@ -62,7 +62,7 @@ _CLOUD_METADATA: Final[dict[IPAddress, str]] = {
 }
 
 # First match wins, so the single address 255.255.255.255 precedes the 240/4 block holding it.
-_IPV4_DENIED: Final[tuple[tuple[ipaddress.IPv4Network, str], ...]] = tuple(
+IPV4_DENIED: Final[tuple[tuple[ipaddress.IPv4Network, str], ...]] = tuple(
     (ipaddress.IPv4Network(cidr), label)
     for cidr, label in (
         ("0.0.0.0/8", "this network"),
@@ -179,7 +179,7 @@ def _classify_v4(ip: ipaddress.IPv4Address) -> Verdict:
     metadata = _metadata_rule(ip)
     if metadata is not None:
         return _denied(metadata)
-    for network, label in _IPV4_DENIED:
+    for network, label in IPV4_DENIED:
         if ip in network:
             return _denied(f"{label} ({network})")
     return Verdict(allowed=True, rule=PUBLIC_UNICAST)

@@ -16,14 +16,15 @@ from sqlalchemy.engine import Engine
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-def _config() -> Config:
+def alembic_config() -> Config:
+    """Alembic's configuration for Herald's migrations (tests also upgrade to one revision)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     return config
 
 
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(_config()).get_current_head()
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -32,7 +33,7 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def upgrade(engine: Engine) -> None:
-    config = _config()
+    config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

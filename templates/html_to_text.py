@@ -46,6 +46,12 @@ def html_to_text(html: str) -> str:
     return _tidy("".join(builder.pieces))
 
 
+def scanner_reads(html: str) -> bool:
+    """Whether the quick scanner below reads ``html`` itself, without html.parser. Herald's own
+    layouts must stay on this path (a test checks it), or the speed-up is silently lost."""
+    return _scan(html, _TextBuilder())
+
+
 # --- tokenising ------------------------------------------------------------------------------
 #
 # html.parser is the reference, but walking a message's markup through it costs more than

@@ -66,14 +66,14 @@ _CRLF = "\r\n"
 
 # An addr-spec that is a dot-atom on both sides: valid as given and already in canonical form.
 _ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
-_PLAIN_ADDR_SPEC = re.compile(rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_ATEXT}+(?:\.{_ATEXT}+)*")
+PLAIN_ADDR_SPEC = re.compile(rf"{_ATEXT}+(?:\.{_ATEXT}+)*@{_ATEXT}+(?:\.{_ATEXT}+)*")
 # RFC 5322 msg-id: a dot-atom, "@", a dot-atom or a domain literal.
 _MESSAGE_ID = re.compile(
     rf"<{_ATEXT}+(?:\.{_ATEXT}+)*@(?:{_ATEXT}+(?:\.{_ATEXT}+)*|\[[!-Z^-~]*\])>"
 )
 # RFC 5322 specials (as email._header_value_parser.SPECIALS): a display name holding one is
 # written as a quoted-string.
-_SPECIALS = frozenset('()<>@,:;."[]\\')
+RFC5322_SPECIALS = frozenset('()<>@,:;."[]\\')
 # Words of printable ASCII with single spaces between them.
 _ATOMS = re.compile(r"[!-~]+(?: [!-~]+)*")
 # Header text that can be written and folded as it is: printable ASCII, space and tab.
@@ -206,7 +206,7 @@ def _canonical_addr_spec(addr_spec: str) -> str:
     if not addr_spec.isascii():
         raise TemplateError(f"address must be ASCII (SMTPUTF8 is not supported): {addr_spec!r}")
     _refuse_encoded_word(addr_spec)
-    if _PLAIN_ADDR_SPEC.fullmatch(addr_spec):
+    if PLAIN_ADDR_SPEC.fullmatch(addr_spec):
         return addr_spec
     # Quoted local parts, domain literals, comments: let the email package parse and
     # normalise them.
@@ -240,7 +240,7 @@ def _display_phrase(display_name: str, *, room: int) -> str:
     something else. The caller has refused control characters.
     """
     if display_name.isascii() and "=?" not in display_name:
-        if _SPECIALS.isdisjoint(display_name) and _ATOMS.fullmatch(display_name):
+        if RFC5322_SPECIALS.isdisjoint(display_name) and _ATOMS.fullmatch(display_name):
             return display_name
         return '"' + display_name.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return " ".join(_encoded_words(display_name, first=min(room, _EW_MAX)))

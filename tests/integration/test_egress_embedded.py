@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dispatch.egress import EgressClient, EgressDenied, EgressPolicy
-from dispatch.egress_ranges import _IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
+from dispatch.egress_ranges import IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
 from tests.egress_support.connector import RecordingBackend
 from tests.egress_support.resolver import FakeResolver
 from tests.egress_support.servers import LocalHTTPServer, Reply
@@ -31,7 +31,7 @@ NAT64_POLICY = EgressPolicy(nat64_prefixes=(WELL_KNOWN_NAT64,))
 # A network-specific prefix inside the RFC 8215 local-use block, as an operator would declare it.
 LOCAL_USE_96 = ipaddress.IPv6Network("64:ff9b:1:0:0:1::/96")
 
-_DENIED_V4 = [network for network, _label in _IPV4_DENIED]
+_DENIED_V4 = [network for network, _label in IPV4_DENIED]
 _METADATA_V4 = ["169.254.169.254", "169.254.170.2", "100.100.100.200", "192.0.0.192"]
 
 

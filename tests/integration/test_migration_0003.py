@@ -24,7 +24,7 @@ from campaigns.suppression import suppress
 from dispatch.dbtypes import UtcTimestamp
 from dispatch.keys import KeyTuple
 from herald.db import create_engine
-from herald.schema import _config, upgrade
+from herald.schema import alembic_config, upgrade
 from scheduler.fanout import materialise
 from tests.conftest import PG_HOST, PG_PORT
 from tests.support.factories import cli
@@ -52,7 +52,7 @@ def bare_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engi
 
 
 def upgrade_to(engine: Engine, revision: str) -> None:
-    config = _config()
+    config = alembic_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, revision)

@@ -10,7 +10,7 @@ import ipaddress
 
 import pytest
 
-from dispatch.egress_ranges import _IPV4_DENIED, PUBLIC_UNICAST, classify_address
+from dispatch.egress_ranges import IPV4_DENIED, PUBLIC_UNICAST, classify_address
 
 ISATAP = "ISATAP (interface id 0:5efe:w.x.y.z)"
 AWS_METADATA = "cloud metadata (169.254.169.254: AWS/GCP/Azure)"
@@ -191,7 +191,7 @@ def test_cloud_metadata_rules_say_so() -> None:
         assert classify_address(ipaddress.ip_address(address)).rule.startswith("cloud metadata")
 
 
-@pytest.mark.parametrize(("network", "label"), [(str(net), label) for net, label in _IPV4_DENIED])
+@pytest.mark.parametrize(("network", "label"), [(str(net), label) for net, label in IPV4_DENIED])
 def test_every_ipv4_range_is_denied_at_both_ends_and_through_every_ipv6_wrapper(
     network: str, label: str
 ) -> None:

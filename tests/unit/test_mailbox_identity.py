@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from campaigns.addresses import _DOT_ATOM, AddressError, mailbox_identity, normalise_address
+from campaigns.addresses import DOT_ATOM, AddressError, mailbox_identity, normalise_address
 
 ATEXT = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+/=?^_`{|}~-"
 # Printable ASCII a quoted local part may hold (with '"' and '\\' escaped), and space.
@@ -80,14 +80,14 @@ def recased(draw: st.DrawFn, text: str) -> str:
 def local_spellings(draw: st.DrawFn, local: str) -> str:
     """A spelling of ``local`` (dot-atom or quoted content): any case, quoted or not."""
     cased = draw(recased(local))
-    if draw(st.booleans()) and _DOT_ATOM.fullmatch(cased):
+    if draw(st.booleans()) and DOT_ATOM.fullmatch(cased):
         return cased
     return draw(quoted(cased))
 
 
 def _expected_local(local: str) -> str:
     lowered = local.lower()
-    if _DOT_ATOM.fullmatch(lowered):
+    if DOT_ATOM.fullmatch(lowered):
         return lowered
     return '"' + lowered.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

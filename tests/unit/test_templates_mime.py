@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from templates.errors import TemplateError
-from templates.mime import _PLAIN_ADDR_SPEC, _SPECIALS, build_message
+from templates.mime import PLAIN_ADDR_SPEC, RFC5322_SPECIALS, build_message
 from templates.render import RenderedContent, contains_line_break
 from tests.support.mail_reading import mailboxes
 
@@ -332,10 +332,10 @@ def test_a_header_the_email_package_would_fold_into_a_broken_message_is_refused(
 
 
 def test_specials_match_the_email_package() -> None:
-    assert set(SPECIALS) == _SPECIALS
+    assert set(SPECIALS) == RFC5322_SPECIALS
 
 
-@given(st.from_regex(_PLAIN_ADDR_SPEC, fullmatch=True))
+@given(st.from_regex(PLAIN_ADDR_SPEC, fullmatch=True))
 def test_plain_addr_specs_are_valid_and_canonical(addr_spec: str) -> None:
     address = Address(addr_spec=addr_spec)
 
