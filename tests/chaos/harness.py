@@ -68,6 +68,10 @@ class ChaosConfig:
     # wall time, is what is being judged.
     stall_timeout: float = 180.0
     deadline: float = 1800.0
+    # A stopped worker may hold row locks (inside a transaction) that the others wait on: if
+    # nothing finishes for this long while it is stopped, it is resumed anyway, late enough
+    # that its leases have long expired, so it still comes back as a zombie.
+    blocked_grace: float = 15.0
 
 
 class Chaos:
@@ -83,6 +87,8 @@ class Chaos:
         # (worker, not before, job ids it held when stopped)
         self.paused: list[tuple[WorkerProcess, float, frozenset[int]]] = []
         self.spawned = 0
+        self.last_progress = time.monotonic()  # when a job last finished (or a worker exited)
+        self.faults = FaultLog(config.seed, config.server_faults)
 
     # ------------------------------------------------------------------ setup
 
@@ -164,10 +170,11 @@ class Chaos:
         resumed = False
         for entry in list(self.paused):
             worker, not_before, held = entry
+            blocked = time.monotonic() - self.last_progress > self.config.blocked_grace
             due = everyone or (
                 engine is not None
                 and time.monotonic() >= not_before
-                and self._all_terminal(engine, held)
+                and (blocked or self._all_terminal(engine, held))
             )
             if due:
                 if worker.process.poll() is None:
@@ -233,7 +240,11 @@ class Chaos:
         cfg = self.config
         started = time.monotonic()
         launched_at, addresses = self.launch()
-        faults = FaultLog(cfg.seed, cfg.server_faults)
+        total = cfg.recipients * 3
+        faults = FaultLog(
+            cfg.seed, cfg.server_faults, gate_after=int(0.45 * total) if cfg.sigstop else None
+        )
+        self.faults = faults
         server = LedgerSMTPServer(self.tmp / "ledger.txt", fault_plan=faults, delay=4.0)
         server.start()
         # DATA timeout below the server's delayed reply: a delayed 250 becomes in_doubt.
@@ -256,6 +267,7 @@ class Chaos:
                 paused_pids=self.paused_pids,
             )
         finally:
+            faults.gate_open.set()  # a server thread held at the gate must not outlive the run
             for worker in self.workers:
                 if worker.process.poll() is None:
                     worker.process.kill()
@@ -274,8 +286,6 @@ class Chaos:
         plan += [(self.rng.uniform(0.05, 0.8), "kill") for _ in range(cfg.random_kills)]
         if cfg.host_restart:
             plan.append((0.25, "host_restart"))
-        if cfg.sigstop:
-            plan.append((0.45, "stop"))
         if cfg.db_restart:
             plan.append((0.35, "db_restart"))
         plan.sort()
@@ -287,6 +297,7 @@ class Chaos:
             done = self._finished(engine)
             if done != last_done or len(self.dead) != last_exits or resumed:
                 last_progress, last_done, last_exits = time.monotonic(), done, len(self.dead)
+                self.last_progress = last_progress
             elif time.monotonic() - last_progress > cfg.stall_timeout:
                 break
             quiet = done >= total and self.quiescent(engine)
@@ -294,6 +305,12 @@ class Chaos:
             # resumed zombie gets its chance to misbehave before the verdict.
             if quiet and not self.workers and not self.paused:
                 return
+            # The pause waits for the server's gate (every worker is inside DATA), then
+            # opens it; see FaultLog.
+            if self.faults.gate_reached.is_set() and not self.faults.gate_open.is_set():
+                live = [w for w in self.workers if w.process.poll() is None]
+                if self.pause(engine, self.rng.choice(live), cfg.lease * 2 + 2) if live else False:
+                    self.faults.gate_open.set()
             # No other chaos while a worker is stopped: it must come back as a zombie.
             while plan and not self.paused and done >= plan[0][0] * total:
                 if not self._act(engine, plan[0][1]):
@@ -332,8 +349,6 @@ class Chaos:
             return False
         if action == "kill":
             self.kill(self.rng.choice(live), "sigkill")
-        elif action == "stop":
-            return self.pause(engine, self.rng.choice(live), self.config.lease * 2 + 2)
         elif action == "host_restart":
             for worker in live:
                 self.kill(worker, "host_restart")
