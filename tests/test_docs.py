@@ -18,7 +18,8 @@ import pytest
 from dispatch import states
 from tools import states_doc
 
-ROOT = Path(__file__).resolve().parents[1]
+# The repository root, wherever under tests/ this file lives.
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = ROOT / "docs"
 PACKAGES = ("herald", "campaigns", "scheduler", "dispatch", "templates")
 
