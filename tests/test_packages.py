@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
+PACKAGES = ["campaigns", "scheduler", "dispatch", "templates", "herald", "dbtypes"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -22,10 +22,11 @@ def test_package_comes_from_this_repository(name: str) -> None:
 
 # Who may import whom: dispatch and templates are the bottom layers; the CLI wires everything.
 ALLOWED = {
-    "dispatch": {"dispatch"},
-    "templates": {"templates"},
-    "campaigns": {"campaigns", "dispatch", "templates"},
-    "scheduler": {"scheduler", "campaigns", "dispatch", "templates"},
+    "dbtypes": {"dbtypes"},
+    "dispatch": {"dispatch", "dbtypes"},
+    "templates": {"templates", "dbtypes"},
+    "campaigns": {"campaigns", "dispatch", "templates", "dbtypes"},
+    "scheduler": {"scheduler", "campaigns", "dispatch", "templates", "dbtypes"},
     "herald": set(PACKAGES),
 }
 

@@ -5,6 +5,12 @@ Python value. PostgreSQL stores ``timestamptz`` and uses ``now()``. SQLite has n
 store UTC epoch seconds as REAL: numeric comparison is exact and cheap, and
 ``julianday('now')`` gives millisecond resolution from the same clock every process on the host
 shares.
+
+This package is the bottom of the layering, below ``templates`` and ``dispatch``: every package
+that declares tables (``dispatch``, ``campaigns``, ``scheduler``, the migrations in ``herald``)
+takes its column types from here, so a table of one layer never needs another layer just for a
+type. It holds nothing but types and SQL expressions, and imports nothing of ours (it is the last
+layer of the contract in ``[tool.importlinter]``).
 """
 
 from __future__ import annotations

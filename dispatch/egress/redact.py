@@ -15,8 +15,8 @@ Two tools, applied wherever text leaves our control (an error message, a stored 
   Values shorter than ``MIN_SECRET_LENGTH`` are not scrubbed by value: replacing every ``ab`` in
   a message would garble it and protect nothing (a URL's password is still redacted by form).
 
-This module is at the bottom of the layering (the egress guard uses it): it imports nothing of
-ours.
+It lives in the egress guard because the guard needs it (its errors show URLs) and the guard
+imports nothing outside itself; SMTP, webhooks, settings and the CLI use it from here too.
 """
 
 from __future__ import annotations
