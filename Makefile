@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

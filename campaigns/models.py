@@ -8,7 +8,7 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from dispatch.dbtypes import UtcTimestamp, big_id, db_now
+from dbtypes import UtcTimestamp, big_id, db_now
 
 
 class CampaignStatus(StrEnum):

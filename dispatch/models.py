@@ -12,7 +12,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from dispatch.dbtypes import ForeignText, UtcTimestamp, big_id, db_now
+from dbtypes import ForeignText, UtcTimestamp, big_id, db_now
 
 
 def _ts(nullable: bool = True, default_now: bool = False) -> sa.Column[datetime]:

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from dispatch.redact import Redactor, redact_setting, smtp_auth_forms
+from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT

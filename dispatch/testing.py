@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from dispatch.dbtypes import db_now
+from dbtypes import db_now
 from dispatch.models import send_job
 from dispatch.store import Lease
 

@@ -53,7 +53,7 @@ from dispatch.egress import (
     resolve_validated,
     system_resolver,
 )
-from dispatch.redact import Redactor, url_secrets
+from dispatch.egress.redact import Redactor, url_secrets
 from dispatch.request_headers import (
     HeaderError,
     MissingVariable,

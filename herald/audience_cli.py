@@ -34,7 +34,7 @@ from campaigns.audience import (
 from campaigns.audience_formats import FORMATS, Format
 from campaigns.audience_url import AudienceUnavailable, format_from_path, open_url_audience
 from campaigns.spec import UrlAudience, load_campaign
-from dispatch.redact import redact_url
+from dispatch.egress.redact import redact_url
 from herald.cli import JsonFlag, app, err, errors_mapped, fail, out
 from herald.errors import HeraldError, UsageError
 from herald.output import styled

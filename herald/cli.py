@@ -25,7 +25,7 @@ from campaigns.audience_url import AudienceUnavailable
 from campaigns.errors import CampaignError, SpecError
 from campaigns.spec import LoadedCampaign, load_campaign
 from dispatch.crashpoints import CrashPointError, CrashPoints
-from dispatch.redact import redact_url
+from dispatch.egress.redact import redact_url
 from dispatch.smtp import SmtpTransport, SmtpUrlError
 from dispatch.testing import UNGUARDED_ENV, unguarded_start_sends
 from dispatch.transport import TransportConfigError

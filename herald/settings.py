@@ -1,7 +1,7 @@
 """Settings from the environment (DESIGN §9); every one is also a CLI option.
 
 Parsing a setting is the one place a malformed value becomes a ``ConfigError``: one line that
-names the setting and shows its URL redacted (``dispatch.redact``), plus a hint; never a
+names the setting and shows its URL redacted (``dispatch.egress.redact``), plus a hint; never a
 traceback, never the password. Each URL parsed here also teaches ``known_secrets`` its
 credentials, so whatever the CLI prints afterwards is scrubbed of them.
 """
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from dispatch.redact import Redactor, redact_setting, url_secrets
+from dispatch.egress.redact import Redactor, redact_setting, url_secrets
 from dispatch.smtp import SmtpConfig, SmtpUrlError
 from herald.errors import ConfigError
 

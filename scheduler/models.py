@@ -11,7 +11,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
-from dispatch.dbtypes import UtcTimestamp, big_id, db_now
+from dbtypes import UtcTimestamp, big_id, db_now
 
 
 class Occurrence(SQLModel, table=True):

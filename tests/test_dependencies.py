@@ -14,7 +14,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
+# The product's top-level packages, as pyproject.toml ships them.
+PRODUCT = sorted(
+    {
+        name.split(".")[0]
+        for name in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "packages"
+        ]
+    }
+)
 # Import name -> distribution name, where the two differ.
 DISTRIBUTION = {"yaml": "pyyaml", "pydantic_core": "pydantic-core", "jinja2": "jinja2"}
 # Lowest version of each package that is clear of the advisories we know of.

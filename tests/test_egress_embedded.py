@@ -19,7 +19,7 @@ from typer.testing import CliRunner, Result
 
 import herald.audience_cli  # registers `herald audience` on the app
 from dispatch.egress import EgressClient, EgressDenied, EgressPolicy
-from dispatch.egress_ranges import _IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
+from dispatch.egress.ranges import _IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
 from herald.cli import app
 from tests.egress_support.connector import RecordingBackend
 from tests.egress_support.resolver import FakeResolver

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 import herald.operator_cli  # noqa: F401  (registers dead retry on the app)
 from campaigns.spec import load_campaign
 from campaigns.suppression import suppress
-from dispatch.dbtypes import UtcTimestamp
+from dbtypes import UtcTimestamp
 from dispatch.keys import KeyTuple
 from herald.cli import app
 from herald.db import create_engine
