@@ -24,10 +24,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from campaigns.audience_url import AudienceUnavailable
 from campaigns.errors import CampaignError, SpecError
 from campaigns.spec import LoadedCampaign, load_campaign
-from dispatch.crashpoints import CrashPointError, CrashPoints
 from dispatch.egress.redact import redact_url
-from dispatch.smtp import SmtpTransport, SmtpUrlError
-from dispatch.testing import UNGUARDED_ENV, unguarded_start_sends
+from dispatch.smtp import SmtpUrlError
 from dispatch.transport import TransportConfigError
 from dispatch.worker import Worker, WorkerConfig
 from herald import status as status_view
@@ -104,7 +102,7 @@ def errors_mapped() -> Iterator[None]:
         fail(str(exc), code=2)
     except HeraldError as exc:
         fail(exc.message, hint=exc.hint, code=exc.exit_code)
-    except (SmtpUrlError, CrashPointError) as exc:
+    except SmtpUrlError as exc:
         fail(str(exc), code=2)
     except SQLAlchemyError as exc:
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
@@ -366,15 +364,7 @@ def worker(
             recovery_interval=recovery_interval,
             shutdown_grace_seconds=shutdown_grace,
         )
-        crash_points = CrashPoints.from_env()
-        email = transports.get("email")
-        if crash_points is not None and isinstance(email, SmtpTransport):
-            points = crash_points
-            email.on_data_written = lambda: points.hit("after_data_write")
-        the_worker = Worker(engine, transports, config, crash_points=crash_points)
-        if os.environ.get(UNGUARDED_ENV) == "1":
-            err.print(styled("TEST MODE: T4 guards are OFF; duplicates are possible", "bold red"))
-            the_worker.committer.unguarded_t4 = unguarded_start_sends
+        the_worker = Worker(engine, transports, config)
         try:
             report = asyncio.run(_run_worker(the_worker))
         except TransportConfigError as exc:

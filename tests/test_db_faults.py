@@ -18,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from campaigns.control import register
 from campaigns.spec import load_campaign
+from dispatch.commit_requests import Complete, OutboxRequest, StartSend
 from dispatch.committer import GroupCommitter
 from dispatch.models import send_job
 from dispatch.smtp import SmtpConfig, SmtpTransport
@@ -52,14 +53,18 @@ def lost_connection() -> OperationalError:
 
 
 def inject(
-    committer: GroupCommitter, kind: str, times: int, *, after_commit: bool
+    committer: GroupCommitter,
+    kind: type[OutboxRequest[Any]],
+    times: int,
+    *,
+    after_commit: bool,
 ) -> dict[str, int]:
-    """Make the next ``times`` batches containing ``kind`` fail, before or after committing."""
+    """Make the next ``times`` batches holding a ``kind`` request fail, before or after commit."""
     original: Callable[[list[Any]], list[Any]] = committer._transaction
     hits = {"count": 0}
 
     def faulty(batch: list[Any]) -> list[Any]:
-        if hits["count"] >= times or not any(r.kind == kind for r in batch):
+        if hits["count"] >= times or not any(isinstance(p.request, kind) for p in batch):
             return original(batch)
         hits["count"] += 1
         if after_commit:
@@ -70,7 +75,13 @@ def inject(
     return hits
 
 
-def run(engine: Engine, server: LedgerSMTPServer, kind: str, *, after_commit: bool) -> Worker:
+def run(
+    engine: Engine,
+    server: LedgerSMTPServer,
+    kind: type[OutboxRequest[Any]],
+    *,
+    after_commit: bool,
+) -> Worker:
     transport = SmtpTransport(SmtpConfig(server.host, server.port, data_timeout=10))
     worker = Worker(engine, {"email": transport}, fast_config(concurrency=3))
     hits = inject(worker.committer, kind, times=1, after_commit=after_commit)
@@ -97,7 +108,7 @@ def test_t4_committed_but_ack_lost_rereads_then_sends_once(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     launch(engine, tmp_path / "c")
-    run(engine, smtp_server, "t4", after_commit=True)
+    run(engine, smtp_server, StartSend, after_commit=True)
     assert_each_sent_once(engine, smtp_server)
 
 
@@ -105,7 +116,7 @@ def test_t4_rolled_back_is_retried_then_sends_once(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     launch(engine, tmp_path / "c")
-    run(engine, smtp_server, "t4", after_commit=False)
+    run(engine, smtp_server, StartSend, after_commit=False)
     assert_each_sent_once(engine, smtp_server)
 
 
@@ -113,7 +124,7 @@ def test_a_failed_completion_write_is_retried(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     launch(engine, tmp_path / "c")
-    worker = run(engine, smtp_server, "complete", after_commit=False)
+    worker = run(engine, smtp_server, Complete, after_commit=False)
     assert worker.report.sent == 3
     assert_each_sent_once(engine, smtp_server)
 
@@ -122,5 +133,5 @@ def test_a_completion_committed_but_ack_lost_is_not_double_counted(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
     launch(engine, tmp_path / "c")
-    run(engine, smtp_server, "complete", after_commit=True)
+    run(engine, smtp_server, Complete, after_commit=True)
     assert_each_sent_once(engine, smtp_server)

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from campaigns.control import change_status, register
 from campaigns.spec import load_campaign
+from dispatch.instrumentation import NullInstrumentation
 from dispatch.models import send_job
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State
@@ -59,14 +60,15 @@ def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
     resume = threading.Event()
     zombie_job: list[ClaimedJob] = []
 
-    async def pause_before_t4(point: str, job: ClaimedJob) -> None:
-        if point == "before_t4":
+    class PauseBeforeT4(NullInstrumentation):
+        async def before_t4(self, job: ClaimedJob) -> None:
             zombie_job.append(job)
             paused.set()
             await asyncio.to_thread(resume.wait)
 
     transport = SmtpTransport(SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10))
-    zombie = Worker(engine, {"email": transport}, fast_config(owner="zombie"), hook=pause_before_t4)
+    config = fast_config(owner="zombie")
+    zombie = Worker(engine, {"email": transport}, config, instrumentation=PauseBeforeT4())
     zombie_thread = threading.Thread(target=lambda: asyncio.run(zombie.run()))
     zombie_thread.start()
     try:
@@ -169,12 +171,13 @@ def test_a_cancelled_campaigns_claimed_job_never_reaches_data(
     launch(engine, tmp_path / "c")
     cancelled = threading.Event()
 
-    async def cancel_campaign_before_t4(point: str, job: ClaimedJob) -> None:
-        if point == "before_t4":
+    class CancelCampaignBeforeT4(NullInstrumentation):
+        async def before_t4(self, job: ClaimedJob) -> None:
             await asyncio.to_thread(change_status, engine, "fenced", "cancel", actor="test")
             cancelled.set()
 
-    report = run_worker(engine, smtp_server.host, smtp_server.port, hook=cancel_campaign_before_t4)
+    instrumentation = CancelCampaignBeforeT4()
+    report = run_worker(engine, smtp_server.host, smtp_server.port, instrumentation=instrumentation)
     assert cancelled.is_set()
     assert report.sent == 0
     assert smtp_server.accepted_ids() == []

@@ -24,6 +24,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,11 +38,12 @@ from dispatch.models import send_job
 from herald.db import create_engine
 from scheduler.fanout import materialise
 from tests.chaos.evidence import pid_of
-from tests.chaos.model import HERALD, TERMINAL, ChaosResult, FaultLog, WorkerProcess
+from tests.chaos.model import TERMINAL, ChaosResult, FaultLog, WorkerProcess
 from tests.chaos.verdict import verify
 from tests.support.campaign_files import write_campaign
 from tests.support.smtp_server import LedgerSMTPServer
 
+ROOT = Path(__file__).resolve().parents[2]  # where ``python -m tests.chaos.worker`` resolves
 CRASH_POINTS = (
     "after_claim_commit:0.01,after_rcpt:0.001,before_t4_commit:0.005,after_t4_commit:0.001,"
     "after_data_write:0.001,after_250_before_t5:0.001,after_t5_commit:0.001"
@@ -108,14 +110,9 @@ class Chaos:
         self.spawned += 1
         stderr_path = self.tmp / f"worker{self.spawned}.err"
         stdout_path = self.tmp / f"worker{self.spawned}.json"
-        env = dict(os.environ)
-        env.pop("HERALD_CRASH_AT", None)
-        if self.config.crash_points:
-            env["HERALD_CRASH_AT"] = f"{self.config.crash_points},seed={self.rng.randrange(10**9)}"
-        if self.config.unguarded:
-            env["HERALD_TEST_UNGUARDED_T4"] = "1"
+        # ``herald worker`` with the test instruments: tests/chaos/worker.py.
         command = [
-            HERALD, "worker", "--until-idle",
+            sys.executable, "-m", "tests.chaos.worker", "--until-idle",
             "--database-url", self.config.db_url,
             "--smtp-url", smtp_url,
             "--concurrency", str(self.config.concurrency),
@@ -127,8 +124,13 @@ class Chaos:
             "--shutdown-grace", "5",
             "--json",  # its final report says whether it lost leases: evidence for the verdict
         ]  # fmt: skip
+        if self.config.crash_points:
+            seed = self.rng.randrange(10**9)
+            command += ["--crash-at", f"{self.config.crash_points},seed={seed}"]
+        if self.config.unguarded:
+            command.append("--unguarded-t4")
         with stderr_path.open("wb") as stderr, stdout_path.open("wb") as stdout:
-            process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env)
+            process = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=ROOT)
         self.workers.append(WorkerProcess(process, stderr_path, stdout_path, process.pid))
 
     # ------------------------------------------------------------------ chaos actions
