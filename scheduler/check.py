@@ -40,6 +40,7 @@ from scheduler.snapshot import (
     iter_snapshot,
     url_audience,
 )
+from scheduler.spool import JobSpool
 from templates.errors import TemplateError
 
 MAX_LISTED_PROBLEMS = 1000  # beyond this we count, so a broken 1M-row file stays readable
@@ -113,9 +114,16 @@ def check_campaign(
     engine: Engine | None = None,
     environ: Mapping[str, str] | None = None,
     count_duplicates: bool = True,
+    spool: JobSpool | None = None,
 ) -> CheckReport:
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
-    size — the outbox's unique key makes a duplicate address a no-op anyway."""
+    size — the outbox's unique key makes a duplicate address a no-op anyway.
+
+    With a ``spool`` (launch), every composed job is kept in it for fan-out, which then does
+    not compose it again; the spool is marked complete when the check passes.
+    """
+    if spool is not None and count_duplicates:
+        raise ValueError("a spool needs every row composed: pass count_duplicates=False")
     report = CheckReport()
     env = os.environ if environ is None else environ
     places = SpecPlaces(loaded)
@@ -133,8 +141,12 @@ def check_campaign(
     data_file = places.data_file()
     strict = source is None or source.strict
     seen = MailboxDeduper()
+    position = 0
     for item in _audience(loaded, occurrence_at, engine):
+        position += 1
         if isinstance(item, RowProblem):
+            if spool is not None:
+                spool.add_problem(position)
             problem = Problem(item.where, None, item.reason, file=data_file)
             if strict:
                 report.add(problem)
@@ -152,12 +164,14 @@ def check_campaign(
                 continue
         for step in steps:
             try:
-                compose_job(loaded, step, item, occurrence_at)
+                job = compose_job(loaded, step, item, occurrence_at)
             except TemplateError as exc:
                 where = f"{item.where} ({item.email})"
                 report.add(places.step_problem(step.spec.id, exc, where=where, file=data_file))
                 continue
             report.messages += 1
+            if spool is not None and report.ok:  # a failed check's jobs are never sent
+                spool.add_job(position, job)
         if progress is not None:
             progress(1)
     if report.recipients == 0 and report.problem_count == 0:
@@ -171,6 +185,8 @@ def check_campaign(
                 spec_at=places.at(("audience",)),
             )
         )
+    if spool is not None:
+        spool.complete = report.ok
     if engine is not None and source is not None and not report.ok:
         # Refused: a fixed source must be fetched afresh, not read back from this snapshot.
         discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)
