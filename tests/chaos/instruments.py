@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 import sqlalchemy as sa
 
-from dispatch.dbtypes import db_now
+from dbtypes import db_now
 from dispatch.instrumentation import NullInstrumentation
 from dispatch.models import send_job
 from dispatch.store import ClaimedJob, Lease, OutboxStore
