@@ -35,6 +35,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/mypy tests
+	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

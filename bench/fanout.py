@@ -1,7 +1,8 @@
 """Launch (fan-out) throughput and memory: CSV → rendered send jobs, the way ``herald launch`` does.
 
-A one-step campaign over an N-row CSV goes through ``campaigns.spec.load_campaign``,
-``campaigns.control.register`` and ``scheduler.fanout.materialise``. Each launch runs in a child
+A one-step campaign over an N-row CSV goes through the application layer's ``launch``
+(``herald.app.launch``: check, every message composed once, register, fan-out), as ``herald
+launch`` does. Each launch runs in a child
 process (``python -m bench.fanout``) so that its memory is its own: the child reports the
 elapsed time and how far its peak resident set grew during the launch (the peak during the
 launch, from /proc/self/status VmHWM after a reset, minus VmRSS just before it; imports are
@@ -26,10 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from campaigns.control import register
-from campaigns.spec import load_campaign
+from herald.app.launch import launch as launch_campaign
 from herald.db import create_engine
-from scheduler.fanout import materialise
 
 LAUNCH_AT = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parent.parent
@@ -71,12 +70,10 @@ def write_campaign(folder: Path, recipients: int, name: str) -> Path:
 
 
 def launch(url: str, path: Path) -> int:
-    """load → register → materialise; returns the number of new jobs."""
+    """check → register → fan-out; returns the number of new jobs."""
     engine = create_engine(url)
     try:
-        loaded = load_campaign(path)
-        registration = register(engine, loaded, now=LAUNCH_AT)
-        return materialise(engine, loaded, registration.campaign.launched_at).new_jobs
+        return launch_campaign(engine, path, clock=lambda: LAUNCH_AT, actor="bench").fanout.new_jobs
     finally:
         engine.dispose()
 

@@ -1,7 +1,8 @@
 """``make bench``: Herald's speed and memory figures, and their ratios, measured in one run.
 
-Sections: (1) no-op drain on PostgreSQL and SQLite, (2) pgqueuer on the same PostgreSQL,
-(3) launch fan-out throughput and memory at two audience sizes, (4) SMTP end to end. Every
+Sections: (0) start-up time of the ``herald`` command, (1) no-op drain on PostgreSQL and
+SQLite, (2) pgqueuer on the same PostgreSQL, (3) launch fan-out throughput and memory at two
+audience sizes, (4) SMTP end to end. Every
 figure is printed as it is measured, then again in one table at the end. Exit status 1 when one
 of Herald's own figures could not be measured; a missing comparison (pgqueuer) is not an error.
 """
@@ -20,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from bench import fanout, pgq
+from bench import fanout, pgq, startup
 from bench.cpu import CpuUse
 from bench.databases import fresh_database, postgres_reachable, postgres_version
 from bench.drain import DrainResult, measure_drain
@@ -29,7 +30,7 @@ from bench.smtp_e2e import measure_smtp
 
 T = TypeVar("T")
 
-SECTIONS = ("drain", "pgqueuer", "fanout", "smtp")
+SECTIONS = ("startup", "drain", "pgqueuer", "fanout", "smtp")
 MiB = 1024 * 1024
 
 
@@ -107,6 +108,24 @@ def print_header(ctx: Context) -> None:
 
 def section(title: str) -> None:
     print(f"\n== {title}")
+
+
+# ---------------------------------------------------------------- 0. start-up
+
+
+def run_startup(ctx: Context) -> None:
+    section(f"0. Start-up of the herald command (median of {startup.RUNS} runs)")
+    results = attempt(ctx, "startup", startup.measure)
+    for result in results or []:
+        ctx.report.add(
+            "startup",
+            f"herald {result.command}",
+            result.median_seconds,
+            "s",
+            n=result.runs,
+            note=f"median wall time; target ≤ {result.target_seconds} s"
+            + ("" if result.command == "--help" else ", empty migrated SQLite"),
+        )
 
 
 # ---------------------------------------------------------------- 1. drain
@@ -324,6 +343,7 @@ def herald_failed(ctx: Context, name: str, reason: str) -> None:
 
 
 RUNNERS: dict[str, Callable[[Context], None]] = {
+    "startup": run_startup,
     "drain": run_drain,
     "pgqueuer": run_pgqueuer,
     "fanout": run_fanout,

@@ -47,7 +47,7 @@ from dispatch.egress import (
     Resolver,
     open_blocking,
 )
-from dispatch.redact import redact_url
+from dispatch.egress.redact import redact_url
 from dispatch.request_headers import MissingVariable, resolve_headers, secret_header_names
 
 AUDIENCE_MAX_BYTES: Final = 1024 * 1024 * 1024

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from enum import StrEnum
 
 import sqlalchemy as sa
-from sqlmodel import Field, SQLModel
 
-from dispatch.dbtypes import UtcTimestamp, big_id, db_now
+from dbtypes import UtcTimestamp, big_id, db_now
+
+# Plain SQLAlchemy tables (no ORM): importing them stays cheap for every command.
+metadata = sa.MetaData()
 
 
 class CampaignStatus(StrEnum):
@@ -18,26 +19,17 @@ class CampaignStatus(StrEnum):
     COMPLETED = "completed"
 
 
-class Campaign(SQLModel, table=True):
-    __tablename__ = "campaign"
-
-    id: int | None = Field(default=None, sa_column=sa.Column(big_id(), primary_key=True))
-    name: str = Field(sa_column=sa.Column(sa.String(128), nullable=False, unique=True))
-    spec: str = Field(sa_column=sa.Column(sa.Text, nullable=False))
-    spec_hash: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
-    version: int = Field(default=1, sa_column=sa.Column(sa.Integer, nullable=False, default=1))
-    status: str = Field(
-        default=CampaignStatus.ACTIVE.value,
-        sa_column=sa.Column(sa.String(16), nullable=False, default="active"),
-    )
+campaign_table = sa.Table(
+    "campaign",
+    metadata,
+    sa.Column("id", big_id(), primary_key=True),
+    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("spec_hash", sa.String(64), nullable=False),
+    sa.Column("version", sa.Integer, nullable=False, default=1),
+    sa.Column("status", sa.String(16), nullable=False, default="active"),
     # The launch occurrence: fixed at first launch so relaunching yields the same keys.
-    launched_at: datetime = Field(sa_column=sa.Column(UtcTimestamp(), nullable=False))
-    created_at: datetime | None = Field(
-        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
-    )
-    updated_at: datetime | None = Field(
-        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
-    )
-
-
-campaign_table = Campaign.__table__  # type: ignore[attr-defined]
+    sa.Column("launched_at", UtcTimestamp(), nullable=False),
+    sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
+    sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
+)

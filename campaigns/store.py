@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from campaigns.models import campaign_table
-from dispatch.dbtypes import db_now
+from dbtypes import db_now
 
 C = campaign_table.c
 

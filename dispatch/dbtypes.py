@@ -1,120 +1,27 @@
-"""Column types and clock expressions that behave the same on SQLite and PostgreSQL.
+"""Compatibility alias: the column types now live in the bottom-level package ``dbtypes``.
 
-Leases are compared on the *database* clock (DESIGN §4), so "now" is an SQL expression, never a
-Python value. PostgreSQL stores ``timestamptz`` and uses ``now()``. SQLite has no date type, so we
-store UTC epoch seconds as REAL: numeric comparison is exact and cheap, and
-``julianday('now')`` gives millisecond resolution from the same clock every process on the host
-shares.
+Kept only so code written before the move (other branches of issue 8) still imports; import
+``dbtypes`` in new code. Remove once nothing imports this module.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
+from dbtypes import (
+    ForeignText,
+    UtcTimestamp,
+    big_id,
+    db_now,
+    db_now_plus,
+    seconds,
+    utc,
+)
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import FunctionElement
-from sqlalchemy.types import TypeEngine
-
-
-class ForeignText(sa.types.TypeDecorator[str]):
-    """Text that came from outside (a server's reply, a receiver's body, an exception): stored
-    with every NUL shown as the four characters ``\\x00``.
-
-    PostgreSQL refuses NUL in text ("invalid byte sequence"), so a relay that put one in its
-    reply would make recording the outcome fail, again on every attempt; SQLite would keep it
-    and cut the text short in some tools. One type on every such column fixes both, whatever
-    path the value takes to the database.
-    """
-
-    impl = sa.Text()
-    cache_ok = True
-
-    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else value.replace("\x00", "\\x00")
-
-
-class UtcTimestamp(sa.types.TypeDecorator[datetime]):
-    """An aware UTC datetime in Python; ``timestamptz`` on PostgreSQL, epoch REAL on SQLite."""
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(sa.Float())
-        return dialect.type_descriptor(sa.DateTime(timezone=True))
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column; pass an aware datetime")
-        if dialect.name == "sqlite":
-            return value.timestamp()
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, int | float):
-            return datetime.fromtimestamp(value, UTC)
-        assert isinstance(value, datetime)
-        return value.astimezone(UTC)
-
-
-class db_now(FunctionElement[datetime]):
-    """The database's current time (transaction time on PostgreSQL)."""
-
-    type = UtcTimestamp()
-    inherit_cache = True
-
-
-class db_now_plus(FunctionElement[datetime]):
-    """The database's current time plus a number of seconds (a bound parameter or literal)."""
-
-    type = UtcTimestamp()
-    inherit_cache = True
-
-
-_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
-
-
-@compiles(db_now, "sqlite")
-def _now_sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return _SQLITE_NOW
-
-
-@compiles(db_now)
-def _now_default(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
-    return "now()"
-
-
-@compiles(db_now_plus, "sqlite")
-def _now_plus_sqlite(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
-    (seconds,) = element.clauses
-    return f"({_SQLITE_NOW} + {compiler.process(seconds, **kw)})"
-
-
-@compiles(db_now_plus)
-def _now_plus_default(element: db_now_plus, compiler: SQLCompiler, **kw: Any) -> str:
-    (seconds,) = element.clauses
-    return f"(now() + make_interval(secs => {compiler.process(seconds, **kw)}))"
-
-
-def seconds(value: float) -> sa.BindParameter[float]:
-    """A float bind parameter for db_now_plus (typed, so PostgreSQL knows it is numeric)."""
-    return sa.bindparam(None, float(value), type_=sa.Float())
-
-
-def utc(value: datetime) -> sa.BindParameter[datetime]:
-    """A datetime bind parameter converted the way UtcTimestamp columns store it."""
-    return sa.bindparam(None, value, type_=UtcTimestamp())
-
-
-def big_id() -> sa.types.TypeEngine[int]:
-    """64-bit ids on PostgreSQL; SQLite needs plain INTEGER for its rowid alias."""
-    return sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+__all__ = [
+    "ForeignText",
+    "UtcTimestamp",
+    "big_id",
+    "db_now",
+    "db_now_plus",
+    "seconds",
+    "utc",
+]

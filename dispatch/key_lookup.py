@@ -78,7 +78,14 @@ def match_prefix(conn: sa.Connection, raw: str, *, show: int = 3) -> str:
     return key
 
 
+_SHOWN_MAX = 60
+
+
 def _shown(raw: str) -> str:
     """A short, printable, markup-free rendering of what the operator typed."""
-    text = ascii(raw[:40] + ("…" if len(raw) > 40 else ""))
+    # Cut after escaping: one character can escape to ten ('\U0001f600'), so cutting the raw
+    # text first would bound the count of characters, not the length of the message.
+    text = ascii(raw)
+    if len(text) > _SHOWN_MAX:
+        text = text[:_SHOWN_MAX] + "…"
     return "".join(c if c.isalnum() or c in "'\\ .-_…" else "?" for c in text)

@@ -11,15 +11,17 @@ be read as the answer to the next command.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from dispatch.redact import Redactor, redact_setting, smtp_auth_forms
+from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
+from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
@@ -138,13 +140,13 @@ class SmtpTransport:
         config: SmtpConfig,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        on_data_written: Callable[[], None] | None = None,
+        instrumentation: Instrumentation = NULL_INSTRUMENTATION,
     ) -> None:
         self.config = config
         self.ssl_context = ssl_context
-        # Crash-point seam: called once the message and its final dot are handed to the
+        # Told ``after_data_write`` once the message and its final dot are handed to the
         # socket, before the server's reply is read (the RFC 1047 gap).
-        self.on_data_written = on_data_written
+        self.instrumentation = instrumentation
         self._idle: list[aiosmtplib.SMTP] = []
         self.redact = Redactor(config.secrets())
 
@@ -259,12 +261,13 @@ class _PreparedSmtp:
 
     async def _deliver(self) -> Outcome:
         client = self.client
-        if self.transport.on_data_written is not None:
-            _watch_for_end_of_data(client, self.transport.on_data_written)
+        envelope = self.envelope
+        written = self.transport.instrumentation.after_data_write
         try:
-            response = await client.data(
-                self.envelope.payload, timeout=self.transport.config.data_timeout
-            )
+            with _end_of_data_watched(client, lambda: written(envelope)):
+                response = await client.data(
+                    envelope.payload, timeout=self.transport.config.data_timeout
+                )
         except aiosmtplib.SMTPDataError as exc:
             # A definitive refusal; still, never reuse a connection after data() raised.
             client.close()
@@ -291,18 +294,29 @@ async def _reset_or_close(client: aiosmtplib.SMTP, transport: SmtpTransport) -> 
     transport._reuse(client)
 
 
-def _watch_for_end_of_data(client: aiosmtplib.SMTP, callback: Callable[[], None]) -> None:
+@contextlib.contextmanager
+def _end_of_data_watched(client: aiosmtplib.SMTP, callback: Callable[[], None]) -> Iterator[None]:
+    """Call ``callback`` right after the write that ends the message (``CRLF.CRLF``).
+
+    aiosmtplib offers no such event, so the connection's ``write`` is wrapped for the duration
+    of DATA only, and restored after (the connection may be reused for the next message).
+    """
     transport = client.transport
     if not isinstance(transport, asyncio.WriteTransport):
+        yield
         return
     write = transport.write
 
     def write_then_notify(data: bytes | bytearray | memoryview) -> None:
         write(data)
-        if bytes(data).endswith(b"\r\n.\r\n"):
+        if bytes(data[-5:]) == b"\r\n.\r\n":
             callback()
 
     transport.write = write_then_notify  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        transport.write = write  # type: ignore[method-assign]
 
 
 def _mail_options(envelope: Envelope) -> tuple[list[str], str]:

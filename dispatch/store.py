@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from dispatch.dbtypes import ForeignText, UtcTimestamp, db_now, db_now_plus, seconds, utc
+from dbtypes import ForeignText, UtcTimestamp, db_now, db_now_plus, seconds, utc
 from dispatch.models import send_event, send_job, suppression
 from dispatch.states import State
 

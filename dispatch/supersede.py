@@ -25,7 +25,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dispatch.dbtypes import db_now
+from dbtypes import db_now
 from dispatch.models import send_event, send_job
 from dispatch.states import State
 from dispatch.store import NewJob, payload_hash

@@ -34,7 +34,7 @@ import email.utils
 import json
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -53,7 +53,8 @@ from dispatch.egress import (
     resolve_validated,
     system_resolver,
 )
-from dispatch.redact import Redactor, url_secrets
+from dispatch.egress.redact import Redactor, url_secrets
+from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.request_headers import (
     HeaderError,
     MissingVariable,
@@ -140,7 +141,8 @@ class WebhookTransport:
     """Sends webhook jobs. One shared guarded client, so connections are pooled per host.
 
     ``environ`` is where ``${ENV}`` references are looked up (default: this process's
-    environment, read at each send). ``resolver`` and ``ssl_context`` are for tests.
+    environment, read at each send). ``resolver`` and ``ssl_context`` are for tests;
+    ``instrumentation`` is told ``after_data_write`` once a request is complete on the wire.
     """
 
     def __init__(
@@ -150,8 +152,10 @@ class WebhookTransport:
         environ: Mapping[str, str] | None = None,
         resolver: Resolver | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        instrumentation: Instrumentation = NULL_INSTRUMENTATION,
     ) -> None:
         self.policy = policy
+        self.instrumentation = instrumentation
         self._environ = os.environ if environ is None else environ
         self._resolver = resolver or system_resolver
         self._client = EgressClient(policy, resolver=resolver, ssl_context=ssl_context)
@@ -187,7 +191,13 @@ class WebhookTransport:
         if not any(name.lower() == "content-type" for name in headers):
             headers["Content-Type"] = "application/json"
         headers[IDEMPOTENCY_HEADER] = envelope.key
-        return _PreparedWebhook(self._client, request, headers, _secrets_of(request, self._environ))
+        return _PreparedWebhook(
+            self._client,
+            request,
+            headers,
+            _secrets_of(request, self._environ),
+            on_sent=lambda: self.instrumentation.after_data_write(envelope),
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -219,11 +229,14 @@ class _PreparedWebhook:
         request: WebhookRequest,
         headers: dict[str, str],
         redact: Redactor,
+        *,
+        on_sent: Callable[[], None],
     ) -> None:
         self._client = client
         self._request = request
         self._headers = headers
         self._redact = redact
+        self._on_sent = on_sent
 
     async def deliver(self) -> Outcome:
         return _scrubbed(await self._deliver(), self._redact)
@@ -234,6 +247,7 @@ class _PreparedWebhook:
         def on_request_sent() -> None:
             nonlocal request_sent
             request_sent = True
+            self._on_sent()
 
         def unknown(what: str) -> Outcome:
             if request_sent:

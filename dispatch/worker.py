@@ -3,7 +3,9 @@
 One asyncio loop runs up to ``concurrency`` sends; one database thread (GroupCommitter) turns
 their transitions into few commits. A send crosses the point of no return only after its T4
 commit has returned; every later write carries the lease token, so a worker that lost its lease
-(paused, partitioned, slow) changes nothing.
+(paused, partitioned, slow) changes nothing. The worker talks to the outbox only through the
+typed ``OutboxClient``, and tells its ``Instrumentation`` (a no-op unless a test gives one) at
+each named point of a send.
 """
 
 from __future__ import annotations
@@ -16,21 +18,20 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
 from dispatch.backoff import BASE_DELAY, retry_delay
 from dispatch.committer import GroupCommitter
-from dispatch.crashpoints import CrashPoints
+from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.outbox_client import OutboxClient
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, OutboxStore
 from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
 
 log = logging.getLogger("herald.worker")
-
-Hook = Callable[[str, ClaimedJob], Awaitable[None]]
 
 
 def default_owner() -> str:
@@ -79,21 +80,24 @@ class Worker:
         transports: Mapping[str, Transport],
         config: WorkerConfig | None = None,
         *,
-        crash_points: CrashPoints | None = None,
-        hook: Hook | None = None,
+        instrumentation: Instrumentation = NULL_INSTRUMENTATION,
+        store: OutboxStore | None = None,
     ) -> None:
+        """``instrumentation`` watches the named points of every send (the transports take
+        theirs separately); ``store`` defaults to this engine's ``OutboxStore``."""
         self.config = config or WorkerConfig()
         self.transports = transports
-        self.store = OutboxStore(engine.dialect.name)
+        self.store = store or OutboxStore(engine.dialect.name)
         self.committer = GroupCommitter(
             engine,
             self.store,
             owner=self.config.owner,
             lease_seconds=self.config.lease_seconds,
             t4_margin_seconds=self.config.t4_margin_seconds,
+            instrumentation=instrumentation,
         )
-        self.crash = crash_points
-        self.hook = hook  # test seam: awaited at named points with the job
+        self.outbox = OutboxClient(self.committer)
+        self.instrumentation = instrumentation
         self.report = WorkerReport()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -117,9 +121,6 @@ class Worker:
         return self._stopping.is_set()
 
     async def run(self) -> WorkerReport:
-        crash = self.crash
-        if crash is not None and crash.armed("before_t4_commit"):
-            self.committer.before_t4_commit = lambda: crash.hit("before_t4_commit")
         self.committer.start()
         background: list[asyncio.Task[None]] = []
         try:
@@ -187,7 +188,7 @@ class Worker:
 
     async def _claim(self, room: int) -> list[ClaimedJob]:
         try:
-            jobs = await self.committer.claim(room)
+            jobs = await self.outbox.claim(room)
         except Exception as exc:
             log.warning("claim failed (will retry): %s", exc)
             await asyncio.sleep(self.config.poll_interval)
@@ -197,22 +198,21 @@ class Worker:
             self._held[job.id] = job
             self._lease_deadline[job.id] = now + self.config.lease_seconds
         self.report.claimed += len(jobs)
-        if jobs and self.crash is not None:
-            self.crash.hit("after_claim_commit")
+        if jobs:
+            await self.instrumentation.after_claim_commit(jobs)
         self._backlog.extend(jobs)
         return jobs
 
     async def _has_work(self) -> bool:
         try:
-            horizon = self.config.idle_horizon_seconds
-            return await self.committer.call(lambda conn: self.store.has_work(conn, horizon))
+            return await self.outbox.has_work(self.config.idle_horizon_seconds)
         except Exception as exc:
             log.warning("idle check failed: %s", exc)
             return True
 
     async def _idle_wait(self) -> float:
         try:
-            due = await self.committer.call(self.store.next_due_in)
+            due = await self.outbox.next_due_in()
         except Exception:
             return self.config.poll_interval
         if due is None:
@@ -228,12 +228,6 @@ class Worker:
             self._held.pop(job.id, None)
             self._lease_deadline.pop(job.id, None)
             self._past_t4.discard(job.id)
-
-    async def _point(self, name: str, job: ClaimedJob) -> None:
-        if self.hook is not None:
-            await self.hook(name, job)
-        if self.crash is not None:
-            self.crash.hit(name)
 
     async def _send_unguarded(self, job: ClaimedJob) -> None:
         transport = self.transports.get(job.channel)
@@ -268,7 +262,7 @@ class Worker:
         if isinstance(prepared, Outcome):
             await self._finish(job, prepared, before_data=True)
             return
-        await self._point("after_rcpt", job)
+        await self.instrumentation.after_rcpt(job)
         if self.stopping:
             await prepared.abandon()
             await self._release(job)
@@ -278,19 +272,19 @@ class Worker:
             await self._settle(job)
             return
         self._past_t4.add(job.id)
-        await self._point("after_t4_commit", job)
+        await self.instrumentation.after_t4_commit(job)
         outcome = await prepared.deliver()
         if outcome.verdict is Verdict.SENT:
-            await self._point("after_250_before_t5", job)
+            await self.instrumentation.after_250_before_t5(job)
         await self._finish(job, outcome, before_data=False)
-        await self._point("after_t5_commit", job)
+        await self.instrumentation.after_t5_commit(job)
 
     async def _start_send(self, job: ClaimedJob) -> bool:
         """T4, and the rule for a commit whose outcome is unknown: re-read before sending."""
-        await self._point("before_t4", job)
+        await self.instrumentation.before_t4(job)
         while True:
             try:
-                return await self.committer.start_send(job.lease)
+                return await self.outbox.start_send(job.lease)
             except Exception as exc:
                 log.warning("T4 commit failed for job %s: %s; re-reading", job.id, exc)
             state = await self._reread(job)
@@ -302,7 +296,7 @@ class Worker:
     async def _reread(self, job: ClaimedJob) -> str | None:
         while self._lease_left(job):
             try:
-                return await self.committer.lease_state(job.lease)
+                return await self.outbox.lease_state(job.lease)
             except Exception:
                 await asyncio.sleep(0.5)
         return None
@@ -313,13 +307,13 @@ class Worker:
 
     async def _settle(self, job: ClaimedJob) -> None:
         with contextlib.suppress(Exception):
-            state = await self.committer.settle(job.lease)
+            state = await self.outbox.settle(job.lease)
             if state is None:
                 self.report.lost_leases += 1
 
     async def _release(self, job: ClaimedJob) -> None:
         with contextlib.suppress(Exception):
-            released = await self.committer.release([job.lease])
+            released = await self.outbox.release([job.lease])
             self.report.released += len(released)
 
     async def _finish(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> None:
@@ -328,10 +322,10 @@ class Worker:
         failed_before = False
         while True:
             try:
-                applied = await self.committer.complete(completion)
+                applied = await self.outbox.complete(completion)
                 if not applied and failed_before:
                     # An earlier attempt may have committed with its acknowledgement lost.
-                    state = await self.committer.lease_state(job.lease)
+                    state = await self.outbox.lease_state(job.lease)
                     applied = state == completion.target.value
                 break
             except Exception as exc:
@@ -390,7 +384,7 @@ class Worker:
                 continue
             sent_at = time.monotonic()
             try:
-                alive = await self.committer.heartbeat(leases)
+                alive = await self.outbox.heartbeat(leases)
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
@@ -409,7 +403,7 @@ class Worker:
 
     async def _recover(self) -> None:
         try:
-            report = await self.committer.recover(self.config.recovery_grace_seconds)
+            report = await self.outbox.recover(self.config.recovery_grace_seconds)
         except Exception as exc:
             log.warning("recovery pass failed: %s", exc)
             return
@@ -430,7 +424,7 @@ class Worker:
         self._backlog.clear()
         if backlog:
             with contextlib.suppress(Exception):
-                released = await self.committer.release(backlog)
+                released = await self.outbox.release(backlog)
                 self.report.released += len(released)
         if not self._inflight:
             return

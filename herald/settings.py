@@ -1,7 +1,7 @@
 """Settings from the environment (DESIGN §9); every one is also a CLI option.
 
 Parsing a setting is the one place a malformed value becomes a ``ConfigError``: one line that
-names the setting and shows its URL redacted (``dispatch.redact``), plus a hint; never a
+names the setting and shows its URL redacted (``dispatch.egress.redact``), plus a hint; never a
 traceback, never the password. Each URL parsed here also teaches ``known_secrets`` its
 credentials, so whatever the CLI prints afterwards is scrubbed of them.
 """
@@ -11,17 +11,22 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from dispatch.redact import Redactor, redact_setting, url_secrets
-from dispatch.smtp import SmtpConfig, SmtpUrlError
+from dispatch.egress.redact import redact_setting, url_secrets
+from herald.defaults import DEFAULT_DATABASE_URL as DEFAULT_DATABASE_URL
+from herald.defaults import DEFAULT_SMTP_URL as DEFAULT_SMTP_URL
 from herald.errors import ConfigError
+from herald.secrets import SecretBook as SecretBook  # re-exported: its old home
+from herald.secrets import known_secrets
 
-DEFAULT_DATABASE_URL = "sqlite:///herald.db"
-DEFAULT_SMTP_URL = "smtp://127.0.0.1:1025"
+if TYPE_CHECKING:
+    from dispatch.smtp import SmtpConfig
+
 SMTP_HINT = (
     "use smtp://host:port, smtps://user:pass@host:465 or smtp://user:pass@host:587"
     " (percent-encode special characters in the password; options: starttls=true, timeout=,"
@@ -30,31 +35,10 @@ SMTP_HINT = (
 DATABASE_HINT = "use sqlite:///path/to/herald.db or postgresql://user@host:5432/db"
 
 
-class SecretBook:
-    """The credentials of the settings this process has parsed, for scrubbing what it prints.
-
-    The CLI forgets them when a command ends (``forget``), so tests that run many commands in
-    one process do not scrub one command's output with another's secrets.
-    """
-
-    def __init__(self) -> None:
-        self._redactor = Redactor()
-
-    def learn(self, secrets: list[str]) -> None:
-        self._redactor = self._redactor.with_secrets(secrets)
-
-    def forget(self) -> None:
-        self._redactor = Redactor()
-
-    def scrub(self, text: str) -> str:
-        return self._redactor(text)
-
-
-known_secrets = SecretBook()
-
-
 def parse_smtp_url(url: str) -> SmtpConfig:
     """The SMTP settings, or ConfigError (exit 2) naming what is wrong, without the password."""
+    from dispatch.smtp import SmtpConfig, SmtpUrlError  # aiosmtplib: only when sending
+
     known_secrets.learn(url_secrets(url))
     try:
         config = SmtpConfig.from_url(url)

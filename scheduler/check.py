@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.engine import Engine
@@ -27,6 +26,7 @@ from campaigns.spec import LoadedCampaign
 from dispatch.egress import EgressDenied, EgressPolicy, check_url
 from scheduler.check_places import SpecPlaces
 from scheduler.check_places import check_header_variables as _check_header_variables
+from scheduler.check_report import MAX_LISTED_PROBLEMS, CheckReport, Problem
 from scheduler.compose import (
     CompiledStep,
     CompiledWebhook,
@@ -40,69 +40,11 @@ from scheduler.snapshot import (
     iter_snapshot,
     url_audience,
 )
+from scheduler.spool import JobSpool
 from templates.errors import TemplateError
 
-MAX_LISTED_PROBLEMS = 1000  # beyond this we count, so a broken 1M-row file stays readable
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One failure, located: ``file`` is where ``where`` points (the audience's data file or
-    URL for a row, the campaign file for a step); ``field`` names the campaign key at fault
-    (``steps[0].subject``) and ``spec_at`` its place (``campaign.yaml:12``) when a template
-    or setting of the campaign is involved."""
-
-    where: str  # "line 12 (bob@example.com)", "element 3" or "step welcome"
-    step: str | None
-    error: str
-    file: str | None = None
-    field: str | None = None
-    spec_at: str | None = None
-
-    def __str__(self) -> str:
-        """Compiler-style: the campaign's place for a problem of the campaign itself
-        (``campaign.yaml:8: steps[0].subject: step welcome: ...``), the data's place for a
-        row, with the template's place after it (``people.csv: line 3: step welcome:
-        steps[0].subject (campaign.yaml:8): ...``)."""
-        of_the_spec = self.step is not None and self.where == f"step {self.step}"
-        if (of_the_spec or self.where == "audience") and self.spec_at:
-            parts = [self.spec_at, self.field, self.where]
-        else:
-            parts = [self.file, self.where]
-            if self.step:
-                parts.append(f"step {self.step}")
-            if self.field:
-                parts.append(f"{self.field} ({self.spec_at})" if self.spec_at else self.field)
-        return ": ".join([part for part in parts if part] + [self.error])
-
-
-@dataclass
-class CheckReport:
-    recipients: int = 0
-    messages: int = 0
-    duplicates: int = 0
-    # Later rows of a mailbox already in the audience: not problems, each mailbox is sent once
-    # (to its first row): (where the row is, where the first row of its mailbox is).
-    duplicate_rows: list[tuple[str, str]] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
-    problem_count: int = 0
-    # Rows a `strict: false` URL audience rejected: recorded, skipped, not a failure.
-    rejects: list[Problem] = field(default_factory=list)
-    rejected: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.problem_count == 0
-
-    def add(self, problem: Problem) -> None:
-        self.problem_count += 1
-        if len(self.problems) < MAX_LISTED_PROBLEMS:
-            self.problems.append(problem)
-
-    def reject(self, problem: Problem) -> None:
-        self.rejected += 1
-        if len(self.rejects) < MAX_LISTED_PROBLEMS:
-            self.rejects.append(problem)
+# Re-exported: the report types live in scheduler.check_report, which check_places uses too.
+__all__ = ["MAX_LISTED_PROBLEMS", "CheckReport", "Problem", "check_campaign"]
 
 
 def check_campaign(
@@ -113,9 +55,16 @@ def check_campaign(
     engine: Engine | None = None,
     environ: Mapping[str, str] | None = None,
     count_duplicates: bool = True,
+    spool: JobSpool | None = None,
 ) -> CheckReport:
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
-    size — the outbox's unique key makes a duplicate address a no-op anyway."""
+    size — the outbox's unique key makes a duplicate address a no-op anyway.
+
+    With a ``spool`` (launch), every composed job is kept in it for fan-out, which then does
+    not compose it again; the spool is marked complete when the check passes.
+    """
+    if spool is not None and count_duplicates:
+        raise ValueError("a spool needs every row composed: pass count_duplicates=False")
     report = CheckReport()
     env = os.environ if environ is None else environ
     places = SpecPlaces(loaded)
@@ -133,8 +82,12 @@ def check_campaign(
     data_file = places.data_file()
     strict = source is None or source.strict
     seen = MailboxDeduper()
+    position = 0
     for item in _audience(loaded, occurrence_at, engine):
+        position += 1
         if isinstance(item, RowProblem):
+            if spool is not None:
+                spool.add_problem(position)
             problem = Problem(item.where, None, item.reason, file=data_file)
             if strict:
                 report.add(problem)
@@ -152,12 +105,14 @@ def check_campaign(
                 continue
         for step in steps:
             try:
-                compose_job(loaded, step, item, occurrence_at)
+                job = compose_job(loaded, step, item, occurrence_at)
             except TemplateError as exc:
                 where = f"{item.where} ({item.email})"
                 report.add(places.step_problem(step.spec.id, exc, where=where, file=data_file))
                 continue
             report.messages += 1
+            if spool is not None and report.ok:  # a failed check's jobs are never sent
+                spool.add_job(position, job)
         if progress is not None:
             progress(1)
     if report.recipients == 0 and report.problem_count == 0:
@@ -171,6 +126,8 @@ def check_campaign(
                 spec_at=places.at(("audience",)),
             )
         )
+    if spool is not None:
+        spool.complete = report.ok
     if engine is not None and source is not None and not report.ok:
         # Refused: a fixed source must be fetched afresh, not read back from this snapshot.
         discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from campaigns.spec import CsvAudience, LoadedCampaign, UrlAudience, WebhookStepSpec
 from campaigns.yaml_loader import YamlPath, format_path
 from dispatch.request_headers import EXPOSE_HINT, HeaderError, unexposed_variables
+from scheduler.check_report import CheckReport, Problem
 from templates.errors import TemplateError
-
-if TYPE_CHECKING:
-    from scheduler.check import CheckReport, Problem
 
 # The part of a step a template message is about: "syntax error in subject", "rendering html
 # failed", "the text template tried ...", "subject contains a line break".
@@ -61,8 +59,6 @@ class SpecPlaces:
         return ("steps", index)
 
     def problem(self, step: str, key: str | None, message: str) -> Problem:
-        from scheduler.check import Problem
-
         index = self._index.get(step)
         path: YamlPath = ("steps", index) if index is not None else ()
         if key is not None and path:
@@ -80,8 +76,6 @@ class SpecPlaces:
         self, step: str, error: TemplateError, *, where: str | None = None, file: str | None = None
     ) -> Problem:
         """A template failure of ``step`` (for the recipient at ``where`` in ``file``)."""
-        from scheduler.check import Problem
-
         path = self.field_of(step, error)
         return Problem(
             where or f"step {step}",
@@ -98,8 +92,6 @@ def check_header_variables(
 ) -> None:
     """Every ``${NAME}`` in a webhook's or URL audience's headers must be exposed to campaigns
     (dispatch.request_headers): a problem naming the file, the step (or audience) and header."""
-    from scheduler.check import Problem
-
     spec = places.loaded.spec
     sources: list[tuple[str | None, YamlPath, Mapping[str, str]]] = []
     if isinstance(spec.audience, UrlAudience):

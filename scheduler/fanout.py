@@ -7,11 +7,14 @@ same occurrence at once produce each key once, because the key is UNIQUE.
 A URL audience is fanned out from the occurrence's snapshot (scheduler.snapshot), never from a
 live fetch, so the cursor's positions always refer to the same list. A strict URL audience
 whose snapshot holds rejected rows is refused before any job is written.
+
+``launch`` passes the jobs its check already composed (scheduler.spool): fan-out then streams
+them from the spool instead of rendering every message a second time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,6 +34,7 @@ from scheduler.snapshot import (
     refuse_strict_rejects,
     url_audience,
 )
+from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
 
 BATCH_SIZE = 500  # jobs per transaction: big enough to amortise the commit, small enough to
@@ -56,20 +60,33 @@ def materialise(
     batch_size: int = BATCH_SIZE,
     replace_pending: bool = False,
     progress: Callable[[int], None] | None = None,
+    composed: JobSpool | None = None,
 ) -> FanoutResult:
-    """Fan out every step of one occurrence. Templates must already have passed check."""
+    """Fan out every step of one occurrence. Templates must already have passed check.
+
+    ``composed``: the complete spool of a check of this very occurrence (same campaign
+    definition, same ``occurrence_at``); its jobs are enqueued as they are.
+    """
+    if composed is not None and not composed.complete:
+        raise ValueError("fan-out from an incomplete spool: its check failed or did not finish")
     outbox = OutboxStore(engine.dialect.name)
     occurrences = OccurrenceStore(engine.dialect.name)
     result = FanoutResult()
     steps = compile_steps(loaded)
-    audience = prepare_audience(engine, loaded, occurrence_at)
+    stream: Callable[[CompiledStep], Iterator[Item]]
+    if composed is not None:
+        spool = composed
+        stream = lambda step: spool.entries(step.spec.id)  # noqa: E731
+    else:
+        audience = prepare_audience(engine, loaded, occurrence_at)
+        stream = lambda _step: audience_entries(audience(None))  # noqa: E731
     for step in steps:
         skipped = _fan_out_step(
             engine,
             outbox,
             occurrences,
             loaded,
-            audience,
+            stream,
             step,
             occurrence_at,
             batch_size,
@@ -96,12 +113,23 @@ def prepare_audience(engine: Engine, loaded: LoadedCampaign, occurrence_at: date
     return lambda conn: iter_snapshot(engine, snapshot, conn=conn)
 
 
+#: One entry of a step's stream: the audience position and the job, or the recipient it is
+#: still to be composed for (None: an unusable row).
+Item = tuple[int, NewJob | Recipient | None]
+
+
+def audience_entries(items: Iterable[Recipient | RowProblem]) -> Iterator[Item]:
+    """The audience as a stream of entries; each job is composed only if it is fanned out."""
+    for position, item in enumerate(items, start=1):
+        yield position, None if isinstance(item, RowProblem) else item
+
+
 def _fan_out_step(
     engine: Engine,
     outbox: OutboxStore,
     occurrences: OccurrenceStore,
     loaded: LoadedCampaign,
-    audience: Audience,
+    stream: Callable[[CompiledStep], Iterator[Item]],
     step: CompiledStep,
     occurrence_at: datetime,
     batch_size: int,
@@ -117,17 +145,17 @@ def _fan_out_step(
     # A finished fan-out is re-walked only for a new version, whose pending jobs change.
     if occurrence.fanout_state == "done" and not replace_pending:
         count = skipped = 0
-        for item in audience(None):
-            if isinstance(item, Recipient):
-                count += 1
-            else:
+        for _, entry in stream(step):
+            if entry is None:
                 skipped += 1
+            else:
+                count += 1
         result.existing_jobs += count
         if progress is not None:
             progress(count)
         return skipped
     start = 0 if replace_pending else occurrence.cursor
-    position = skipped = 0
+    position = skipped = 0  # flush() reads position, which the loop below binds
     batch: list[NewJob] = []
 
     def flush() -> None:
@@ -148,15 +176,16 @@ def _fan_out_step(
             progress(len(batch))
         batch.clear()
 
-    for item in audience(None):
-        position += 1
-        if isinstance(item, RowProblem):
+    for position, entry in stream(step):
+        if entry is None:
             skipped += 1
             continue
         if position <= start:
             result.existing_jobs += 1
             continue
-        batch.append(compose_job(loaded, step, item, occurrence_at))
+        if isinstance(entry, Recipient):
+            entry = compose_job(loaded, step, entry, occurrence_at)
+        batch.append(entry)
         if len(batch) >= batch_size:
             flush()
     if batch:

@@ -6,83 +6,64 @@ interrupted by a crash resume where it stopped (the outbox's unique key makes an
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import sqlalchemy as sa
-from sqlmodel import Field, SQLModel
 
-from dispatch.dbtypes import UtcTimestamp, big_id, db_now
+from dbtypes import UtcTimestamp, big_id, db_now
 
-
-class Occurrence(SQLModel, table=True):
-    __tablename__ = "occurrence"
-    __table_args__ = (
-        sa.UniqueConstraint("campaign", "step", "occurrence_at", name="uq_occurrence"),
-    )
-
-    id: int | None = Field(default=None, sa_column=sa.Column(big_id(), primary_key=True))
-    campaign: str = Field(sa_column=sa.Column(sa.String(128), nullable=False))
-    step: str = Field(sa_column=sa.Column(sa.String(64), nullable=False))
-    occurrence_at: datetime = Field(sa_column=sa.Column(UtcTimestamp(), nullable=False))
-    fanout_state: str = Field(
-        default="open", sa_column=sa.Column(sa.String(16), nullable=False, default="open")
-    )
-    cursor: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False, default=0))
-    jobs_created: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False, default=0))
-    created_at: datetime | None = Field(
-        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
-    )
-    updated_at: datetime | None = Field(
-        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
-    )
+# Plain SQLAlchemy tables (no ORM): importing them stays cheap for every command.
+metadata = sa.MetaData()
 
 
-occurrence_table = Occurrence.__table__  # type: ignore[attr-defined]
+occurrence_table = sa.Table(
+    "occurrence",
+    metadata,
+    sa.Column("id", big_id(), primary_key=True),
+    sa.Column("campaign", sa.String(128), nullable=False),
+    sa.Column("step", sa.String(64), nullable=False),
+    sa.Column("occurrence_at", UtcTimestamp(), nullable=False),
+    sa.Column("fanout_state", sa.String(16), nullable=False, default="open"),
+    sa.Column("cursor", sa.Integer, nullable=False, default=0),
+    sa.Column("jobs_created", sa.Integer, nullable=False, default=0),
+    sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
+    sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
+    sa.UniqueConstraint("campaign", "step", "occurrence_at", name="uq_occurrence"),
+)
 
 
-class AudienceFetch(SQLModel, table=True):
-    """One fetch of a URL audience for one occurrence: the snapshot's header.
-
-    ``token`` names the process writing the snapshot; a relaunch that finds a snapshot still
-    being written (its writer crashed, or is slower) takes it over with a new token, and the old
-    writer's next batch then matches nothing. Only a ``complete`` snapshot is ever fanned out.
-    """
-
-    __tablename__ = "audience_fetch"
-    __table_args__ = (sa.UniqueConstraint("campaign", "occurrence_at", name="uq_audience_fetch"),)
-
-    id: int | None = Field(default=None, sa_column=sa.Column(big_id(), primary_key=True))
-    campaign: str = Field(sa_column=sa.Column(sa.String(128), nullable=False))
-    occurrence_at: datetime = Field(sa_column=sa.Column(UtcTimestamp(), nullable=False))
-    state: str = Field(sa_column=sa.Column(sa.String(16), nullable=False))  # fetching, complete
-    token: str = Field(sa_column=sa.Column(sa.String(32), nullable=False))
-    url: str = Field(sa_column=sa.Column(sa.Text, nullable=False))  # as written: no secrets
-    format: str | None = Field(default=None, sa_column=sa.Column(sa.String(8)))
-    row_count: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False))
-    reject_count: int = Field(default=0, sa_column=sa.Column(sa.Integer, nullable=False))
-    created_at: datetime | None = Field(
-        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
-    )
-    updated_at: datetime | None = Field(
-        default=None, sa_column=sa.Column(UtcTimestamp(), server_default=db_now())
-    )
-    completed_at: datetime | None = Field(default=None, sa_column=sa.Column(UtcTimestamp()))
+# One fetch of a URL audience for one occurrence: the snapshot's header.
+#
+# ``token`` names the process writing the snapshot; a relaunch that finds a snapshot still
+# being written (its writer crashed, or is slower) takes it over with a new token, and the old
+# writer's next batch then matches nothing. Only a ``complete`` snapshot is ever fanned out.
+audience_fetch_table = sa.Table(
+    "audience_fetch",
+    metadata,
+    sa.Column("id", big_id(), primary_key=True),
+    sa.Column("campaign", sa.String(128), nullable=False),
+    sa.Column("occurrence_at", UtcTimestamp(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # fetching, complete
+    sa.Column("token", sa.String(32), nullable=False),
+    sa.Column("url", sa.Text, nullable=False),  # as written: no secrets
+    sa.Column("format", sa.String(8)),
+    sa.Column("row_count", sa.Integer, nullable=False),
+    sa.Column("reject_count", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
+    sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
+    sa.Column("completed_at", UtcTimestamp()),
+    sa.UniqueConstraint("campaign", "occurrence_at", name="uq_audience_fetch"),
+)
 
 
-class AudienceSnapshotRow(SQLModel, table=True):
-    """One row of a fetched audience, in source order; a rejected row keeps its reason."""
-
-    __tablename__ = "audience_snapshot"
-
-    campaign: str = Field(sa_column=sa.Column(sa.String(128), primary_key=True))
-    occurrence_at: datetime = Field(sa_column=sa.Column(UtcTimestamp(), primary_key=True))
-    position: int = Field(sa_column=sa.Column(sa.Integer, primary_key=True, autoincrement=False))
-    line: int = Field(sa_column=sa.Column(sa.Integer, nullable=False))  # or JSON element index
-    email: str | None = Field(default=None, sa_column=sa.Column(sa.String(320)))
-    name: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
-    variables: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # JSON object
-    problem: str | None = Field(default=None, sa_column=sa.Column(sa.Text))  # set for rejects
-
-
-audience_fetch_table = AudienceFetch.__table__  # type: ignore[attr-defined]
-audience_snapshot_table = AudienceSnapshotRow.__table__  # type: ignore[attr-defined]
+# One row of a fetched audience, in source order; a rejected row keeps its reason.
+audience_snapshot_table = sa.Table(
+    "audience_snapshot",
+    metadata,
+    sa.Column("campaign", sa.String(128), primary_key=True),
+    sa.Column("occurrence_at", UtcTimestamp(), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("line", sa.Integer, nullable=False),  # or JSON element index
+    sa.Column("email", sa.String(320)),
+    sa.Column("name", sa.Text),
+    sa.Column("variables", sa.Text),  # JSON object
+    sa.Column("problem", sa.Text),  # set for rejects
+)

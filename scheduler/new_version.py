@@ -14,20 +14,29 @@ campaigns' jobs (PostgreSQL) or wait (SQLite).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from campaigns.audience import RowProblem
+from campaigns.audience import Recipient
 from campaigns.control import CampaignConflict
 from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignRow
 from dispatch.store import NewJob, OutboxStore
 from dispatch.supersede import VersionReport, VersionStore
-from scheduler.compose import compile_steps, compose_job
-from scheduler.fanout import BATCH_SIZE, Audience, FanoutResult, prepare_audience
+from scheduler.compose import CompiledStep, compile_steps, compose_job
+from scheduler.fanout import (
+    BATCH_SIZE,
+    Audience,
+    FanoutResult,
+    Item,
+    audience_entries,
+    prepare_audience,
+)
+from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
 
 
@@ -43,12 +52,24 @@ class NewVersionFanout:
     occurrence_at: datetime
     actor: str
     batch_size: int = BATCH_SIZE
+    # The launch check's complete spool of this occurrence: its jobs are not composed again.
+    composed: JobSpool | None = None
     result: FanoutResult = field(default_factory=FanoutResult)
     report: VersionReport = field(default_factory=VersionReport)
 
     def __post_init__(self) -> None:
+        if self.composed is not None and not self.composed.complete:
+            raise ValueError("a new version from an incomplete spool")
         self._steps = compile_steps(self.loaded)
-        self._audience: Audience = prepare_audience(self.engine, self.loaded, self.occurrence_at)
+        self._audience: Audience | None = None
+        if self.composed is None:
+            self._audience = prepare_audience(self.engine, self.loaded, self.occurrence_at)
+
+    def _entries(self, conn: sa.Connection, step: CompiledStep) -> Iterator[Item]:
+        if self.composed is not None:
+            return self.composed.entries(step.spec.id)
+        assert self._audience is not None
+        return audience_entries(self._audience(conn))
 
     def apply(self, conn: sa.Connection, campaign: CampaignRow) -> None:
         if campaign.launched_at != self.occurrence_at:
@@ -80,12 +101,15 @@ class NewVersionFanout:
         for step in self._steps:
             occurrence = occurrences.open(conn, campaign.name, step.spec.id, self.occurrence_at)
             position = skipped = 0
-            for item in self._audience(conn):
-                position += 1
-                if isinstance(item, RowProblem):
+            for position, entry in self._entries(conn, step):
+                if entry is None:
                     skipped += 1
                     continue
-                job = compose_job(self.loaded, step, item, self.occurrence_at)
+                job = (
+                    compose_job(self.loaded, step, entry, self.occurrence_at)
+                    if isinstance(entry, Recipient)
+                    else entry
+                )
                 kept.add(job.key)
                 batch.append(job)
                 if len(batch) >= self.batch_size:

@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from dispatch.dbtypes import db_now
+from dbtypes import db_now
 from scheduler.models import audience_fetch_table, audience_snapshot_table, occurrence_table
 
 Occ = occurrence_table.c

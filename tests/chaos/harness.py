@@ -24,6 +24,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,11 +38,12 @@ from dispatch.models import send_job
 from herald.db import create_engine
 from scheduler.fanout import materialise
 from tests.chaos.evidence import pid_of
-from tests.chaos.model import HERALD, TERMINAL, ChaosResult, FaultLog, WorkerProcess
+from tests.chaos.model import TERMINAL, ChaosResult, FaultLog, WorkerProcess
 from tests.chaos.verdict import verify
 from tests.support.campaign_files import write_campaign
 from tests.support.smtp_server import LedgerSMTPServer
 
+ROOT = Path(__file__).resolve().parents[2]  # where ``python -m tests.chaos.worker`` resolves
 CRASH_POINTS = (
     "after_claim_commit:0.01,after_rcpt:0.001,before_t4_commit:0.005,after_t4_commit:0.001,"
     "after_data_write:0.001,after_250_before_t5:0.001,after_t5_commit:0.001"
@@ -68,6 +70,10 @@ class ChaosConfig:
     # wall time, is what is being judged.
     stall_timeout: float = 180.0
     deadline: float = 1800.0
+    # A stopped worker may hold row locks (inside a transaction) that the others wait on: if
+    # nothing finishes for this long while it is stopped, it is resumed anyway, late enough
+    # that its leases have long expired, so it still comes back as a zombie.
+    blocked_grace: float = 15.0
 
 
 class Chaos:
@@ -83,6 +89,8 @@ class Chaos:
         # (worker, not before, job ids it held when stopped)
         self.paused: list[tuple[WorkerProcess, float, frozenset[int]]] = []
         self.spawned = 0
+        self.last_progress = time.monotonic()  # when a job last finished (or a worker exited)
+        self.faults = FaultLog(config.seed, config.server_faults)
 
     # ------------------------------------------------------------------ setup
 
@@ -102,14 +110,9 @@ class Chaos:
         self.spawned += 1
         stderr_path = self.tmp / f"worker{self.spawned}.err"
         stdout_path = self.tmp / f"worker{self.spawned}.json"
-        env = dict(os.environ)
-        env.pop("HERALD_CRASH_AT", None)
-        if self.config.crash_points:
-            env["HERALD_CRASH_AT"] = f"{self.config.crash_points},seed={self.rng.randrange(10**9)}"
-        if self.config.unguarded:
-            env["HERALD_TEST_UNGUARDED_T4"] = "1"
+        # ``herald worker`` with the test instruments: tests/chaos/worker.py.
         command = [
-            HERALD, "worker", "--until-idle",
+            sys.executable, "-m", "tests.chaos.worker", "--until-idle",
             "--database-url", self.config.db_url,
             "--smtp-url", smtp_url,
             "--concurrency", str(self.config.concurrency),
@@ -121,8 +124,13 @@ class Chaos:
             "--shutdown-grace", "5",
             "--json",  # its final report says whether it lost leases: evidence for the verdict
         ]  # fmt: skip
+        if self.config.crash_points:
+            seed = self.rng.randrange(10**9)
+            command += ["--crash-at", f"{self.config.crash_points},seed={seed}"]
+        if self.config.unguarded:
+            command.append("--unguarded-t4")
         with stderr_path.open("wb") as stderr, stdout_path.open("wb") as stdout:
-            process = subprocess.Popen(command, stdout=stdout, stderr=stderr, env=env)
+            process = subprocess.Popen(command, stdout=stdout, stderr=stderr, cwd=ROOT)
         self.workers.append(WorkerProcess(process, stderr_path, stdout_path, process.pid))
 
     # ------------------------------------------------------------------ chaos actions
@@ -164,10 +172,11 @@ class Chaos:
         resumed = False
         for entry in list(self.paused):
             worker, not_before, held = entry
+            blocked = time.monotonic() - self.last_progress > self.config.blocked_grace
             due = everyone or (
                 engine is not None
                 and time.monotonic() >= not_before
-                and self._all_terminal(engine, held)
+                and (blocked or self._all_terminal(engine, held))
             )
             if due:
                 if worker.process.poll() is None:
@@ -233,7 +242,11 @@ class Chaos:
         cfg = self.config
         started = time.monotonic()
         launched_at, addresses = self.launch()
-        faults = FaultLog(cfg.seed, cfg.server_faults)
+        total = cfg.recipients * 3
+        faults = FaultLog(
+            cfg.seed, cfg.server_faults, gate_after=int(0.45 * total) if cfg.sigstop else None
+        )
+        self.faults = faults
         server = LedgerSMTPServer(self.tmp / "ledger.txt", fault_plan=faults, delay=4.0)
         server.start()
         # DATA timeout below the server's delayed reply: a delayed 250 becomes in_doubt.
@@ -256,6 +269,7 @@ class Chaos:
                 paused_pids=self.paused_pids,
             )
         finally:
+            faults.gate_open.set()  # a server thread held at the gate must not outlive the run
             for worker in self.workers:
                 if worker.process.poll() is None:
                     worker.process.kill()
@@ -274,8 +288,6 @@ class Chaos:
         plan += [(self.rng.uniform(0.05, 0.8), "kill") for _ in range(cfg.random_kills)]
         if cfg.host_restart:
             plan.append((0.25, "host_restart"))
-        if cfg.sigstop:
-            plan.append((0.45, "stop"))
         if cfg.db_restart:
             plan.append((0.35, "db_restart"))
         plan.sort()
@@ -287,6 +299,7 @@ class Chaos:
             done = self._finished(engine)
             if done != last_done or len(self.dead) != last_exits or resumed:
                 last_progress, last_done, last_exits = time.monotonic(), done, len(self.dead)
+                self.last_progress = last_progress
             elif time.monotonic() - last_progress > cfg.stall_timeout:
                 break
             quiet = done >= total and self.quiescent(engine)
@@ -294,6 +307,12 @@ class Chaos:
             # resumed zombie gets its chance to misbehave before the verdict.
             if quiet and not self.workers and not self.paused:
                 return
+            # The pause waits for the server's gate (every worker is inside DATA), then
+            # opens it; see FaultLog.
+            if self.faults.gate_reached.is_set() and not self.faults.gate_open.is_set():
+                live = [w for w in self.workers if w.process.poll() is None]
+                if self.pause(engine, self.rng.choice(live), cfg.lease * 2 + 2) if live else False:
+                    self.faults.gate_open.set()
             # No other chaos while a worker is stopped: it must come back as a zombie.
             while plan and not self.paused and done >= plan[0][0] * total:
                 if not self._act(engine, plan[0][1]):
@@ -332,8 +351,6 @@ class Chaos:
             return False
         if action == "kill":
             self.kill(self.rng.choice(live), "sigkill")
-        elif action == "stop":
-            return self.pause(engine, self.rng.choice(live), self.config.lease * 2 + 2)
         elif action == "host_restart":
             for worker in live:
                 self.kill(worker, "host_restart")

@@ -52,17 +52,31 @@ class ChaosResult:
         )
 
 
+GATE_LIMIT_SECONDS = 120.0
+
+
 class FaultLog:
     """A seeded server fault plan that remembers what it did to each Message-ID."""
 
-    def __init__(self, seed: int, enabled: bool) -> None:
+    def __init__(self, seed: int, enabled: bool, *, gate_after: int | None = None) -> None:
         self.seed = seed
         self.enabled = enabled
         self.faults: dict[str, list[Fault]] = {}
         self._lock = threading.Lock()
+        # The gate: when the server has taken ``gate_after`` messages it holds every DATA reply
+        # (it blocks its own event loop) until the controller opens it. Every worker is then
+        # waiting inside DATA, holding jobs, so the controller's SIGSTOP always makes a zombie,
+        # however slowly the controller itself gets scheduled: an event, not a race.
+        self.gate_after = gate_after
+        self.gate_reached = threading.Event()
+        self.gate_open = threading.Event()
+        self._data_seen = 0
 
     def __call__(self, key: str, n: int) -> Fault:
-        if not self.enabled or not key.startswith("<"):
+        if not key.startswith("<"):
+            return Fault.ACCEPT  # the RCPT call: only DATA (keyed by Message-ID) is planned
+        self._hold_at_gate()
+        if not self.enabled:
             return Fault.ACCEPT
         draw = random.Random(f"{self.seed}:{key}:{n}").random()
         fault = Fault.ACCEPT
@@ -79,6 +93,17 @@ class FaultLog:
         with self._lock:
             self.faults.setdefault(key, []).append(fault)
         return fault
+
+    def _hold_at_gate(self) -> None:
+        if self.gate_after is None:
+            return
+        with self._lock:
+            self._data_seen += 1
+            reached = self._data_seen >= self.gate_after
+        if reached and not self.gate_open.is_set():
+            self.gate_reached.set()
+            # Bounded, so a controller that died cannot hang the server for ever.
+            self.gate_open.wait(GATE_LIMIT_SECONDS)
 
 
 @dataclass

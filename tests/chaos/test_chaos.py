@@ -20,6 +20,8 @@ def test_chaos_keeps_the_promise(tmp_path: Path, db_url: str) -> None:
     config = ChaosConfig(db_url=db_url, db_restart=db_url.startswith("postgres"))
     result = Chaos(tmp_path, config).run()
     print("\n" + result.summary())
+    for problem in result.problems[:20]:
+        print("  problem:", problem)
     assert result.duplicates == [], result.summary()
     assert result.lost == [], result.summary()
     assert result.unexplained_in_doubt == [], result.summary()

@@ -166,7 +166,7 @@ def _next_name() -> str:
 
 
 # NUL included: PostgreSQL text cannot hold it, so the store keeps it as the escape "\\x00"
-# (dispatch.dbtypes.ForeignText), and the listing shows that escape.
+# (dbtypes.ForeignText), and the listing shows that escape.
 @given(reason=HOSTILE)
 @example(reason="550 relay\x00said [/] no")
 @settings(

@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dispatch.egress import EgressClient, EgressDenied, EgressPolicy
-from dispatch.egress_ranges import IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
+from dispatch.egress.ranges import IPV4_DENIED, WELL_KNOWN_NAT64, Verdict, classify_address
 from tests.egress_support.connector import RecordingBackend
 from tests.egress_support.resolver import FakeResolver
 from tests.egress_support.servers import LocalHTTPServer, Reply

@@ -11,14 +11,16 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from campaigns.control import change_status
+from campaigns.control import change_status, register
+from campaigns.spec import load_campaign
+from dispatch.instrumentation import NullInstrumentation
 from dispatch.models import send_job
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, OutboxStore
+from dispatch.store import ClaimedJob, Completion, NewJob, OutboxStore
 from dispatch.worker import Worker
+from scheduler.fanout import materialise
 from tests.support.campaign_files import fast_config, run_worker
-from tests.support.factories import launch, new_job, write_yaml
 from tests.support.smtp_server import LedgerSMTPServer
 
 ONE = """\
@@ -30,6 +32,14 @@ steps:
     subject: Hello
     text: Hello there
 """
+
+
+def launch(engine: Engine, folder: Path, text: str = ONE) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "c.yaml").write_text(text)
+    loaded = load_campaign(folder / "c.yaml")
+    registration = register(engine, loaded, now=datetime.now(UTC))
+    materialise(engine, loaded, registration.campaign.launched_at)
 
 
 def expire_all_leases(engine: Engine) -> None:
@@ -45,19 +55,20 @@ def expire_all_leases(engine: Engine) -> None:
 def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, write_yaml(tmp_path / "c", ONE))
+    launch(engine, tmp_path / "c")
     paused = threading.Event()
     resume = threading.Event()
     zombie_job: list[ClaimedJob] = []
 
-    async def pause_before_t4(point: str, job: ClaimedJob) -> None:
-        if point == "before_t4":
+    class PauseBeforeT4(NullInstrumentation):
+        async def before_t4(self, job: ClaimedJob) -> None:
             zombie_job.append(job)
             paused.set()
             await asyncio.to_thread(resume.wait)
 
     transport = SmtpTransport(SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10))
-    zombie = Worker(engine, {"email": transport}, fast_config(owner="zombie"), hook=pause_before_t4)
+    config = fast_config(owner="zombie")
+    zombie = Worker(engine, {"email": transport}, config, instrumentation=PauseBeforeT4())
     zombie_thread = threading.Thread(target=lambda: asyncio.run(zombie.run()))
     zombie_thread.start()
     try:
@@ -96,11 +107,25 @@ def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
     assert events[-1].token == job.token + 1
 
 
+def _new_job(key: str, when: datetime) -> NewJob:
+    return NewJob(
+        key=key,
+        key_tuple="[]",
+        campaign="fenced",
+        step="hello",
+        occurrence_at=when,
+        channel="email",
+        sender="news@herald.test",
+        recipient=f"{key}@example.com",
+        message_id=f"<{key}@herald.test>",
+        payload=b"Subject: x\r\n\r\nbody\r\n",
+        not_before=when,
+    )
+
+
 def _claim_one(engine: Engine, store: OutboxStore, lease_seconds: float = 60) -> ClaimedJob:
     with engine.begin() as conn:
-        store.enqueue(
-            conn, [new_job("k1", due=datetime.now(UTC) - timedelta(seconds=1), campaign="fenced")]
-        )
+        store.enqueue(conn, [_new_job("k1", datetime.now(UTC) - timedelta(seconds=1))])
         (job,) = store.claim(conn, owner="w", limit=10, lease_seconds=lease_seconds)
     return job
 
@@ -145,15 +170,16 @@ def test_t4_refuses_when_too_little_lease_is_left(engine: Engine) -> None:
 def test_a_cancelled_campaigns_claimed_job_never_reaches_data(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, write_yaml(tmp_path / "c", ONE))
+    launch(engine, tmp_path / "c")
     cancelled = threading.Event()
 
-    async def cancel_campaign_before_t4(point: str, job: ClaimedJob) -> None:
-        if point == "before_t4":
+    class CancelCampaignBeforeT4(NullInstrumentation):
+        async def before_t4(self, job: ClaimedJob) -> None:
             await asyncio.to_thread(change_status, engine, "fenced", "cancel", actor="test")
             cancelled.set()
 
-    report = run_worker(engine, smtp_server.host, smtp_server.port, hook=cancel_campaign_before_t4)
+    instrumentation = CancelCampaignBeforeT4()
+    report = run_worker(engine, smtp_server.host, smtp_server.port, instrumentation=instrumentation)
     assert cancelled.is_set()
     assert report.sent == 0
     assert smtp_server.accepted_ids() == []
@@ -165,7 +191,7 @@ def test_a_cancelled_campaigns_claimed_job_never_reaches_data(
 def test_a_paused_campaign_is_not_claimed_and_resumes(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    launch(engine, write_yaml(tmp_path / "c", ONE))
+    launch(engine, tmp_path / "c")
     change_status(engine, "fenced", "pause", actor="test")
     assert run_worker(engine, smtp_server.host, smtp_server.port).claimed == 0
     change_status(engine, "fenced", "resume", actor="test")

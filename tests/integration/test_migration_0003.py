@@ -21,7 +21,7 @@ from sqlalchemy.engine import Engine
 
 from campaigns.spec import load_campaign
 from campaigns.suppression import suppress
-from dispatch.dbtypes import UtcTimestamp
+from dbtypes import UtcTimestamp
 from dispatch.keys import KeyTuple
 from herald.db import create_engine
 from herald.schema import alembic_config, upgrade

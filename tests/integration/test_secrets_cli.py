@@ -13,7 +13,6 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from herald import operator_cli  # noqa: F401 - registers dead, recover
 from herald.db import create_engine
 from tests.egress_support.servers import LocalHTTPServer, Reply, SeenRequest
 from tests.support.factories import invoke

@@ -23,11 +23,7 @@ from campaigns.control import register
 from campaigns.spec import LoadedCampaign, load_campaign
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, NewJob, OutboxStore
-from herald import (
-    audience_cli,  # noqa: F401 - registers `herald audience` on the app
-    operator_cli,  # noqa: F401 - registers `in-doubt`, `dead`, `recover` on the app
-)
-from herald.cli import app
+from herald.cli import app  # importing the package registers every command
 from scheduler.fanout import FanoutResult, materialise
 from tests.support.paths import HERALD
 

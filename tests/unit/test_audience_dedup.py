@@ -11,7 +11,6 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import herald.audience_cli  # noqa: F401  (registers `herald audience`)
 from campaigns.addresses import mailbox_identity, normalise_address
 from campaigns.audience import MailboxDeduper, Recipient
 from tests.support.factories import invoke

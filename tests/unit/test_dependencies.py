@@ -14,7 +14,16 @@ from packaging.version import Version
 
 from tests.support.paths import REPO_ROOT
 
-PRODUCT = ["campaigns", "scheduler", "dispatch", "templates", "herald"]
+ROOT = REPO_ROOT
+# The product's top-level packages, as pyproject.toml ships them.
+PRODUCT = sorted(
+    {
+        name.split(".")[0]
+        for name in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "packages"
+        ]
+    }
+)
 # Import name -> distribution name, where the two differ.
 DISTRIBUTION = {"yaml": "pyyaml", "pydantic_core": "pydantic-core", "jinja2": "jinja2"}
 # Lowest version of each package that is clear of the advisories we know of.

@@ -10,7 +10,7 @@ import ipaddress
 
 import pytest
 
-from dispatch.egress_ranges import IPV4_DENIED, PUBLIC_UNICAST, classify_address
+from dispatch.egress.ranges import IPV4_DENIED, PUBLIC_UNICAST, classify_address
 
 ISATAP = "ISATAP (interface id 0:5efe:w.x.y.z)"
 AWS_METADATA = "cloud metadata (169.254.169.254: AWS/GCP/Azure)"

@@ -23,7 +23,7 @@ from dispatch.egress import (
     check_url,
     system_resolver,
 )
-from dispatch.egress_ranges import classify_address
+from dispatch.egress.ranges import classify_address
 from tests.egress_support.connector import RecordingBackend, redirect_reply
 from tests.egress_support.resolver import FakeResolver
 

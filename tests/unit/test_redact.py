@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatch.redact import MASK, Redactor, redact_url, url_secrets
+from dispatch.egress.redact import MASK, Redactor, redact_url, url_secrets
 from herald.errors import ConfigError
 from herald.settings import Settings, parse_database_url, parse_smtp_url
 from tests.support.hostile import HOSTILE, leaks

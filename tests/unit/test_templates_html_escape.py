@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import csv
 import email
 import email.policy
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from herald.cli import app
 from templates.mime import build_message
 from templates.render import StepTemplate, is_html_template
+from tests.support.smtp_server import LedgerSMTPServer
 
 PAYLOAD = "<img src=x onerror=alert(1)>"
 ESCAPED = "&lt;img src=x onerror=alert(1)&gt;"
@@ -57,3 +61,52 @@ def test_a_recipient_name_is_escaped_in_the_html_part_whatever_the_suffix_case(
 )  # fmt: skip
 def test_is_html_template(name: str | None, expected: bool) -> None:
     assert is_html_template(name) is expected
+
+
+# --- through the CLI and a real SMTP server ------------------------------------------------
+
+CAMPAIGN = """\
+name: escape
+from: "Herald Tests <news@herald.test>"
+audience: people.csv
+steps:
+  - id: welcome
+    subject: "Hello"
+    template: {template}
+"""
+
+
+@pytest.mark.parametrize("file_name", ["welcome.HTML", "welcome.Htm"])
+def test_an_upper_case_suffix_is_escaped_on_the_wire(
+    tmp_path: Path, db_url: str, smtp_server: LedgerSMTPServer, file_name: str
+) -> None:
+    folder = tmp_path / "c"
+    folder.mkdir()
+    with (folder / "people.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerows([["email", "name"], ["ada@example.org", PAYLOAD]])
+    (folder / file_name).write_text("<p>Hi {{ name }}</p>")
+    path = folder / "campaign.yaml"
+    path.write_text(CAMPAIGN.format(template=file_name))
+    runner = CliRunner()
+
+    launched = runner.invoke(app, ["launch", str(path), "--database-url", db_url])
+    assert launched.exit_code == 0, launched.output
+    worked = runner.invoke(
+        app,
+        [
+            "worker", "--until-idle", "--database-url", db_url,
+            "--smtp-url", f"smtp://{smtp_server.host}:{smtp_server.port}",
+            "--poll", "0.05", "--retry-base", "0.01", "--idle-horizon", "0",
+        ],
+    )  # fmt: skip
+    assert worked.exit_code == 0, worked.output
+
+    (raw,) = smtp_server.messages()
+    message = email.message_from_bytes(raw, policy=email.policy.default)
+    html_part = message.get_body(preferencelist=("html",))
+    assert html_part is not None
+    assert html_part.get_content_type() == "text/html"
+    html = html_part.get_content()
+    assert ESCAPED in html
+    assert PAYLOAD not in html

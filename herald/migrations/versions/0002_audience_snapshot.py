@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from dispatch.dbtypes import UtcTimestamp, big_id, db_now
+from dbtypes import UtcTimestamp, big_id, db_now
 
 revision = "0002"
 down_revision = "0001"

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from campaigns.addresses import AddressError, mailbox_identity
-from dispatch.dbtypes import db_now
+from dbtypes import db_now
 
 revision = "0003"
 down_revision = "0002"

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from dispatch.dbtypes import UtcTimestamp
+from dbtypes import UtcTimestamp
 
 revision = "0004"
 down_revision = "0003"

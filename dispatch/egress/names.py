@@ -6,7 +6,7 @@ import ipaddress
 import re
 from typing import Final
 
-from dispatch.egress_ranges import IPAddress
+from dispatch.egress.ranges import IPAddress
 
 # Any dotted run of decimal/octal/hex numbers: glibc's inet_aton reads 0x7f.1 and 0177.1 too.
 NUMERIC_HOST: Final = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+))*")

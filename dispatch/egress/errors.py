@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dispatch.redact import redact_url
+from dispatch.egress.redact import redact_url
 
 
 class EgressDenied(Exception):

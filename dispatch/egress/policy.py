@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from dispatch.egress_names import HOST_NAME, looks_numeric, normalise_name
-from dispatch.egress_ranges import (
+from dispatch.egress.names import HOST_NAME, looks_numeric, normalise_name
+from dispatch.egress.ranges import (
     WELL_KNOWN_NAT64,
     IPAddress,
     NAT64Prefixes,

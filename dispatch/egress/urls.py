@@ -12,10 +12,10 @@ from typing import Final
 
 import httpx
 
-from dispatch.egress_errors import EgressDenied
-from dispatch.egress_names import HOST_NAME, looks_numeric, normalise_name, parse_literal
-from dispatch.egress_policy import EgressPolicy
-from dispatch.egress_ranges import IPAddress
+from dispatch.egress.errors import EgressDenied
+from dispatch.egress.names import HOST_NAME, looks_numeric, normalise_name, parse_literal
+from dispatch.egress.policy import EgressPolicy
+from dispatch.egress.ranges import IPAddress
 
 DEFAULT_PORTS: Final[dict[str, int]] = {"http": 80, "https": 443}
 

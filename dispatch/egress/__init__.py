@@ -23,7 +23,7 @@ would receive the socket instead of the validated address, which makes pinning m
 
 The only way to reach a non-public address is the operator allowlist (``HERALD_EGRESS_ALLOW``).
 IPv4-mapped answers, and NAT64 ones under a declared prefix (``HERALD_EGRESS_NAT64``), are judged by
-the IPv4 address they carry; every other IPv4-in-IPv6 form is denied (``egress_ranges`` says why).
+the IPv4 address they carry; every other IPv4-in-IPv6 form is denied (``ranges`` says why).
 
 Decisions not dictated by the issue:
 - DNS failures, empty answers and a DNS timeout are ``EgressError``/``EgressTimeout``, not
@@ -36,23 +36,60 @@ Decisions not dictated by the issue:
   a small body into gigabytes before any counter sees it.
 - Cookies are never stored or sent back: one client serves many unrelated targets.
 
-The guard is split into modules with one job each, all re-exported here: ``egress_policy``
-(what is allowed), ``egress_urls`` (checks before DNS), ``egress_resolve`` (one validated
-lookup), ``egress_backend`` (pinned sockets under httpcore), ``egress_body`` (bounded decoding),
-``egress_client`` (redirects and the deadline), ``egress_blocking`` (a response body as a
-blocking stream for synchronous callers), ``egress_ranges`` (the address table).
+The guard is a subpackage of modules with one job each, the main names re-exported here:
+``policy`` (what is allowed), ``urls`` (checks before DNS), ``resolve`` (one validated lookup),
+``backend`` (pinned sockets under httpcore), ``body`` (bounded decoding), ``client`` (redirects
+and the deadline), ``blocking`` (a response body as a blocking stream for synchronous callers),
+``ranges`` (the address table), ``names`` (host name and literal helpers), ``errors`` and
+``redact`` (credentials kept out of its messages, and out of everything else Herald prints).
+
+It sits at the bottom of the layering, beside ``templates``: it imports nothing else of ours (a
+contract in ``[tool.importlinter]`` checks it), so the rules about what may leave the machine can
+be read, and tested, without the outbox, the campaigns or the CLI.
 """
 
 from __future__ import annotations
 
-from dispatch.egress_backend import PinnedNetworkBackend
-from dispatch.egress_blocking import BlockingResponse, open_blocking
-from dispatch.egress_body import GuardedResponse
-from dispatch.egress_client import EgressClient
-from dispatch.egress_errors import EgressDenied, EgressError, EgressTimeout, EgressTooLarge
-from dispatch.egress_policy import EgressPolicy, IPNetwork
-from dispatch.egress_resolve import Resolver, resolve_validated, system_resolver
-from dispatch.egress_urls import check_host, check_url, check_url_syntax
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dispatch.egress.backend import PinnedNetworkBackend
+    from dispatch.egress.blocking import BlockingResponse, open_blocking
+    from dispatch.egress.body import GuardedResponse
+    from dispatch.egress.client import EgressClient
+    from dispatch.egress.errors import EgressDenied, EgressError, EgressTimeout, EgressTooLarge
+    from dispatch.egress.policy import EgressPolicy, IPNetwork
+    from dispatch.egress.redact import Redactor, redact_setting, redact_url, url_secrets
+    from dispatch.egress.resolve import Resolver, resolve_validated, system_resolver
+    from dispatch.egress.urls import check_host, check_url, check_url_syntax
+
+# Public name -> the module defining it. Loaded on first use (PEP 562), not here: importing any
+# module of the guard runs this file first, and ``redact`` or ``ranges`` (standard library only)
+# must not make the SMTP path or ``herald --help`` pay for httpx and httpcore.
+_EXPORTS: dict[str, str] = {
+    "BlockingResponse": "blocking",
+    "EgressClient": "client",
+    "EgressDenied": "errors",
+    "EgressError": "errors",
+    "EgressPolicy": "policy",
+    "EgressTimeout": "errors",
+    "EgressTooLarge": "errors",
+    "GuardedResponse": "body",
+    "IPNetwork": "policy",
+    "PinnedNetworkBackend": "backend",
+    "Redactor": "redact",
+    "Resolver": "resolve",
+    "check_host": "urls",
+    "check_url": "urls",
+    "check_url_syntax": "urls",
+    "open_blocking": "blocking",
+    "redact_setting": "redact",
+    "redact_url": "redact",
+    "resolve_validated": "resolve",
+    "system_resolver": "resolve",
+    "url_secrets": "redact",
+}
 
 __all__ = [
     "BlockingResponse",
@@ -65,11 +102,28 @@ __all__ = [
     "GuardedResponse",
     "IPNetwork",
     "PinnedNetworkBackend",
+    "Redactor",
     "Resolver",
     "check_host",
     "check_url",
     "check_url_syntax",
     "open_blocking",
+    "redact_setting",
+    "redact_url",
     "resolve_validated",
     "system_resolver",
+    "url_secrets",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -6,11 +6,11 @@ import asyncio
 import socket
 from collections.abc import Awaitable, Callable
 
-from dispatch.egress_errors import EgressDenied, EgressError, EgressTimeout
-from dispatch.egress_names import normalise_name, parse_literal
-from dispatch.egress_policy import EgressPolicy
-from dispatch.egress_ranges import IPAddress
-from dispatch.egress_urls import check_host
+from dispatch.egress.errors import EgressDenied, EgressError, EgressTimeout
+from dispatch.egress.names import normalise_name, parse_literal
+from dispatch.egress.policy import EgressPolicy
+from dispatch.egress.ranges import IPAddress
+from dispatch.egress.urls import check_host
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 

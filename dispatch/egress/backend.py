@@ -10,9 +10,9 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 import httpcore
 import httpx
 
-from dispatch.egress_errors import EgressDenied, EgressError, EgressTimeout
-from dispatch.egress_policy import EgressPolicy
-from dispatch.egress_resolve import Resolver, resolve_validated, system_resolver
+from dispatch.egress.errors import EgressDenied, EgressError, EgressTimeout
+from dispatch.egress.policy import EgressPolicy
+from dispatch.egress.resolve import Resolver, resolve_validated, system_resolver
 
 
 class PinnedNetworkBackend(httpcore.AsyncNetworkBackend):

@@ -11,8 +11,8 @@ from typing import Final
 
 import httpx
 
-from dispatch.egress_errors import EgressError, EgressTooLarge, deadline_passed
-from dispatch.egress_policy import EgressPolicy
+from dispatch.egress.errors import EgressError, EgressTooLarge, deadline_passed
+from dispatch.egress.policy import EgressPolicy
 
 _DECODE_STEP: Final = 64 * 1024
 _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS

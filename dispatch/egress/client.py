@@ -14,12 +14,12 @@ from typing import Any, Final
 import httpcore
 import httpx
 
-from dispatch.egress_backend import PinnedNetworkBackend, PinnedTransport
-from dispatch.egress_body import GuardedResponse
-from dispatch.egress_errors import EgressDenied, EgressError, deadline_passed
-from dispatch.egress_policy import EgressPolicy
-from dispatch.egress_resolve import Resolver
-from dispatch.egress_urls import check_url
+from dispatch.egress.backend import PinnedNetworkBackend, PinnedTransport
+from dispatch.egress.body import GuardedResponse
+from dispatch.egress.errors import EgressDenied, EgressError, deadline_passed
+from dispatch.egress.policy import EgressPolicy
+from dispatch.egress.resolve import Resolver
+from dispatch.egress.urls import check_url
 
 _REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 # Always dropped when a redirect leaves the origin; the policy may name more.

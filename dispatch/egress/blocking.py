@@ -26,9 +26,9 @@ from typing import Final
 
 import httpx
 
-from dispatch.egress_client import EgressClient
-from dispatch.egress_policy import EgressPolicy
-from dispatch.egress_resolve import Resolver
+from dispatch.egress.client import EgressClient
+from dispatch.egress.policy import EgressPolicy
+from dispatch.egress.resolve import Resolver
 
 # At most this many body chunks (each at most 64 KiB decoded) wait between the two threads.
 _QUEUE_CHUNKS: Final = 8

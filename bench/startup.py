@@ -1,0 +1,76 @@
+"""Start-up time of the ``herald`` command: ``herald --help`` and ``herald status``.
+
+Each is run N times as a fresh process (the installed console script, as an operator runs it);
+the median wall time is the figure. ``status`` runs against an empty SQLite database that is
+already migrated, so what is measured is imports, option parsing, the schema check and one
+query, not a migration. Targets (issue 8): ``--help`` ≤ 0.3 s, ``status`` ≤ 0.6 s; they are
+printed next to the figures, not asserted: wall time on a shared machine is not a test.
+
+``python -X importtime -c "import herald.cli"`` shows where the time goes when one regresses.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from herald.db import create_engine
+from herald.schema import upgrade
+
+RUNS = 7
+TARGETS = {"--help": 0.3, "status": 0.6}
+
+
+@dataclass(frozen=True)
+class Startup:
+    command: str
+    median_seconds: float
+    runs: int
+    target_seconds: float
+
+
+def herald_executable() -> str:
+    """The console script beside this interpreter (the venv's ``herald``)."""
+    script = Path(sys.executable).with_name("herald")
+    if not script.exists():
+        raise RuntimeError(f"{script} not found: install Herald in this environment")
+    return str(script)
+
+
+def _time_once(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=True)
+    return time.perf_counter() - started
+
+
+def measure(runs: int = RUNS) -> list[Startup]:
+    herald = herald_executable()
+    results = []
+    with tempfile.TemporaryDirectory(prefix="herald-bench-startup-") as folder:
+        url = f"sqlite:///{Path(folder) / 'herald.db'}"
+        engine = create_engine(url)
+        try:
+            upgrade(engine)
+        finally:
+            engine.dispose()
+        env = {**os.environ, "HERALD_DATABASE_URL": url}
+        for command in TARGETS:
+            argv = [herald, command]
+            _time_once(argv, env)  # warm the file cache: the figure is start-up, not disk
+            times = [_time_once(argv, env) for _ in range(runs)]
+            results.append(Startup(command, statistics.median(times), runs, TARGETS[command]))
+    return results
+
+
+if __name__ == "__main__":
+    for result in measure():
+        print(
+            f"herald {result.command}: median {result.median_seconds:.3f} s of {result.runs} "
+            f"runs (target ≤ {result.target_seconds} s)"
+        )

@@ -1,0 +1,72 @@
+"""The worker's typed view of the outbox: one method per request, each a group-committed write.
+
+Every call becomes one request in the committer's next transaction and returns once that
+transaction has committed (or raises if it failed: the commit's outcome is then unknown, and
+the caller decides what that means). The types carry a job's lease from ``claim`` through
+``start_send`` to ``complete``, so the type checker follows the fencing token the whole way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dispatch.commit_requests import (
+    Claim,
+    Complete,
+    HasWork,
+    Heartbeat,
+    LeaseState,
+    NextDueIn,
+    Recover,
+    Release,
+    Settle,
+    StartSend,
+)
+from dispatch.committer import GroupCommitter
+from dispatch.states import State
+from dispatch.store import ClaimedJob, Completion, Lease, RecoveryReport
+
+
+class OutboxClient:
+    def __init__(self, committer: GroupCommitter) -> None:
+        self._committer = committer
+
+    async def claim(self, limit: int) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due jobs, each with a fresh fencing token."""
+        return await self._committer.submit(Claim(limit))
+
+    async def start_send(self, lease: Lease) -> bool:
+        """T4. True only once the transition is committed: the send may go out."""
+        return await self._committer.submit(StartSend(lease))
+
+    async def complete(self, completion: Completion) -> bool:
+        """Record an outcome; True if it applied (False: the lease is no longer ours)."""
+        return await self._committer.submit(Complete(completion))
+
+    async def settle(self, lease: Lease) -> State | None:
+        """T4 was refused: where the job went instead (None: the lease is no longer ours)."""
+        return await self._committer.submit(Settle(lease))
+
+    async def heartbeat(self, leases: Sequence[Lease]) -> set[int]:
+        """Extend these leases; the ids whose lease is still ours."""
+        return await self._committer.submit(Heartbeat(tuple(leases)))
+
+    async def release(self, leases: Sequence[Lease]) -> set[int]:
+        """Give unstarted claims back untried; the ids released."""
+        return await self._committer.submit(Release(tuple(leases)))
+
+    async def lease_state(self, lease: Lease) -> str | None:
+        """The job's state while it carries this lease's token, else None."""
+        return await self._committer.submit(LeaseState(lease))
+
+    async def recover(self, grace_seconds: float) -> RecoveryReport:
+        """One recovery pass over every expired lease (anyone's)."""
+        return await self._committer.submit(Recover(grace_seconds))
+
+    async def has_work(self, horizon_seconds: float) -> bool:
+        """Anything running, or due within ``horizon_seconds``?"""
+        return await self._committer.submit(HasWork(horizon_seconds))
+
+    async def next_due_in(self) -> float | None:
+        """Seconds until the next pending job is due; None when nothing is pending."""
+        return await self._committer.submit(NextDueIn())

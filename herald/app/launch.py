@@ -1,0 +1,166 @@
+"""Use cases ``validate`` and ``launch``.
+
+``launch`` renders every message once: its check (the same as ``validate``'s, against the
+launch time the campaign will really use) keeps each composed job in a spool on disk, and the
+fan-out enqueues them from there (scheduler.spool). Nothing is written to the outbox unless
+every message rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import Engine
+
+from campaigns.control import register
+from campaigns.spec import LoadedCampaign, load_campaign
+from campaigns.store import CampaignStore
+from herald.app.common import Clock, operator_name, utc_now
+from herald.errors import UsageError
+from scheduler.check import CheckReport, check_campaign
+from scheduler.fanout import FanoutResult, materialise
+from scheduler.new_version import NewVersionFanout
+from scheduler.spool import JobSpool
+
+Progress = Callable[[int], None]
+#: Opens a progress reporter labelled ``label`` (with the total, or None if unknown) for as
+#: long as the ``with`` lasts; the CLI draws a bar on a terminal. The default reports nothing.
+ProgressFactory = Callable[[str, int | None], AbstractContextManager[Progress | None]]
+
+
+def _no_progress(_label: str, _total: int | None) -> AbstractContextManager[Progress | None]:
+    return nullcontext(None)
+
+
+class CheckFailed(UsageError):
+    """The campaign did not pass its check; nothing was launched. ``report`` says why."""
+
+    def __init__(self, report: CheckReport) -> None:
+        super().__init__(f"{report.problem_count} problem(s); nothing was launched")
+        self.report = report
+
+
+@dataclass(frozen=True)
+class Validation:
+    loaded: LoadedCampaign
+    report: CheckReport
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    loaded: LoadedCampaign
+    report: CheckReport  # the check that preceded the fan-out (rejected rows included)
+    version: int
+    created: bool  # False: the campaign was launched before (idempotent relaunch)
+    fanout: FanoutResult
+    superseded: int  # unsent jobs of steps/recipients a new version removed
+
+    def summary(self) -> dict[str, object]:
+        """The stable ``launch --json`` document."""
+        return {
+            "campaign": self.loaded.spec.name,
+            "version": self.version,
+            "created": self.created,
+            "new_jobs": self.fanout.new_jobs,
+            "existing_jobs": self.fanout.existing_jobs,
+            "recipients": self.report.recipients,
+            "rejected_rows": self.report.rejected,
+            "steps": len(self.loaded.spec.steps),
+            "superseded_jobs": self.superseded,
+        }
+
+
+def load(file: Path) -> LoadedCampaign:
+    """The campaign in ``file``, parsed and checked (SpecError lists every problem)."""
+    if not file.exists():
+        raise UsageError(f"{file}: no such file")
+    return load_campaign(file)
+
+
+def validate(
+    file: Path, *, clock: Clock = utc_now, progress: ProgressFactory = _no_progress
+) -> Validation:
+    """Parse a campaign and render every step for every recipient. Writes nothing.
+
+    Returns the report even when it has problems: showing them is the point.
+    """
+    loaded = load(file)
+    with progress("rendering", None) as tick:
+        report = check_campaign(loaded, clock(), progress=tick)
+    return Validation(loaded, report)
+
+
+def launch(
+    engine: Engine,
+    campaign: Path | LoadedCampaign,
+    *,
+    clock: Clock = utc_now,
+    force_new_version: bool = False,
+    actor: str | None = None,
+    progress: ProgressFactory = _no_progress,
+) -> LaunchResult:
+    """Check, store the campaign and fan out its send jobs (idempotent).
+
+    ``campaign``: its file, or the campaign already loaded (``load``).
+
+    Raises CheckFailed (with the report) when any message fails to render; CampaignConflict
+    for a changed definition without ``force_new_version``.
+    """
+    loaded = campaign if isinstance(campaign, LoadedCampaign) else load(campaign)
+    now = clock()
+    with engine.connect() as conn:
+        existing = CampaignStore(engine.dialect.name).get(conn, loaded.spec.name)
+    # Check against the launch time the campaign will really use.
+    occurrence_at = existing.launched_at if existing else now
+    with JobSpool(step.id for step in loaded.spec.steps) as spool:
+        with progress("checking", None) as tick:
+            report = check_campaign(
+                loaded,
+                occurrence_at,
+                progress=tick,
+                engine=engine,
+                count_duplicates=False,
+                spool=spool,
+            )
+        if not report.ok:
+            raise CheckFailed(report)
+        # A new version fans out inside the transaction that stores it (scheduler.new_version).
+        new_version = (
+            NewVersionFanout(
+                engine,
+                loaded,
+                occurrence_at,
+                actor=f"launch:{actor or operator_name()}",
+                composed=spool,
+            )
+            if force_new_version
+            else None
+        )
+        registration = register(
+            engine,
+            loaded,
+            now=now,
+            force_new_version=force_new_version,
+            on_new_version=new_version.apply if new_version is not None else None,
+        )
+        if registration.new_version and new_version is not None:
+            return LaunchResult(
+                loaded,
+                report,
+                registration.campaign.version,
+                registration.created,
+                new_version.result,
+                new_version.report.cancelled + new_version.report.marked,
+            )
+        launched_at = registration.campaign.launched_at
+        # Another launch may have registered the campaign since the check: then the spool is of
+        # another occurrence and fan-out composes for the stored one itself.
+        composed = spool if launched_at == occurrence_at else None
+        with progress("enqueueing", report.messages) as tick:
+            result = materialise(engine, loaded, launched_at, progress=tick, composed=composed)
+    return LaunchResult(
+        loaded, report, registration.campaign.version, registration.created, result, 0
+    )

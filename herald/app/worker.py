@@ -1,0 +1,94 @@
+"""Use case ``run_worker``: claim and send due jobs until stopped (or idle)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+
+from dispatch.transport import TransportConfigError
+from dispatch.worker import Worker, WorkerConfig, WorkerReport
+from herald.errors import ConfigError
+from herald.transports import build_transports
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What ``herald worker`` lets the operator choose (the CLI's options, same defaults)."""
+
+    concurrency: int = 20
+    lease: float = 120.0
+    recovery_interval: float = 5.0
+    shutdown_grace: float = 30.0
+    until_idle: bool = False
+    idle_horizon: float = 60.0
+    retry_base: float = 30.0
+    poll: float = 1.0
+
+    def config(self) -> WorkerConfig:
+        return WorkerConfig(
+            concurrency=self.concurrency,
+            lease_seconds=self.lease,
+            t4_margin_seconds=min(10.0, self.lease / 4),
+            until_idle=self.until_idle,
+            idle_horizon_seconds=self.idle_horizon,
+            retry_base_seconds=self.retry_base,
+            poll_interval=self.poll,
+            recovery_interval=self.recovery_interval,
+            shutdown_grace_seconds=self.shutdown_grace,
+        )
+
+
+def build_worker(
+    engine: Engine,
+    smtp_url: str,
+    options: WorkerOptions,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Worker:
+    """A worker with the email and webhook transports; ConfigError for a bad setting."""
+    return Worker(engine, build_transports(smtp_url, environ), options.config())
+
+
+def run_worker(
+    worker: Worker,
+    *,
+    handle_signals: bool = False,
+    on_stopping: Callable[[], None] | None = None,
+) -> WorkerReport:
+    """Run ``worker`` to its end and return what it did.
+
+    With ``handle_signals`` (the CLI), SIGTERM/SIGINT stop it gracefully (``on_stopping`` is
+    told) and a second one exits at once: leases keep that safe (unstarted claims expire back
+    to pending, started sends become in doubt through recovery).
+    """
+    try:
+        return asyncio.run(_run(worker, handle_signals, on_stopping))
+    except TransportConfigError as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
+
+
+async def _run(
+    worker: Worker, handle_signals: bool, on_stopping: Callable[[], None] | None
+) -> WorkerReport:
+    if handle_signals:
+        loop = asyncio.get_running_loop()
+        signals_seen = 0
+
+        def on_signal() -> None:
+            nonlocal signals_seen
+            signals_seen += 1
+            if signals_seen == 1:
+                if on_stopping is not None:
+                    on_stopping()
+                worker.stop()
+            else:
+                os._exit(130)
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+    return await worker.run()

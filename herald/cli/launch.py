@@ -1,0 +1,128 @@
+"""``herald validate`` and ``herald launch``: parse the options, call the use case, print."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from herald.cli.base import DatabaseUrl, JsonFlag, app, errors_mapped, fail, opened, progress_bar
+from herald.defaults import DEFAULT_DATABASE_URL
+from herald.output import err, out, styled
+
+if TYPE_CHECKING:
+    from scheduler.check import CheckReport
+
+CampaignFile = Annotated[Path, typer.Argument(help="The campaign YAML file.")]
+
+
+@app.command()
+def validate(file: CampaignFile, as_json: JsonFlag = False) -> None:
+    """Parse a campaign and render every step for every recipient. Writes nothing."""
+    from herald.app.launch import validate as validate_campaign
+
+    with errors_mapped():
+        result = validate_campaign(file, progress=progress_bar)
+        report = result.report
+        print_check(report, as_json)
+        if not report.ok:
+            fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
+        if not as_json:
+            print_rejects(report)
+            out.print(
+                f"ok: {result.loaded.spec.name}: {report.recipients} recipient(s), "
+                f"{len(result.loaded.spec.steps)} step(s), {report.messages} message(s)"
+            )
+
+
+@app.command()
+def launch(
+    file: CampaignFile,
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    force_new_version: Annotated[
+        bool,
+        typer.Option(
+            "--force-new-version",
+            help="Replace a changed campaign's definition: sent messages stay sent, unsent ones "
+            "take the new content, unsent ones of removed steps or recipients are cancelled.",
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Validate, store the campaign and fan out its send jobs (idempotent)."""
+    from herald.app.launch import CheckFailed, load
+    from herald.app.launch import launch as launch_campaign
+
+    with errors_mapped():
+        loaded = load(file)  # a wrong file is reported before any database is opened
+        try:
+            result = launch_campaign(
+                opened(database_url),
+                loaded,
+                force_new_version=force_new_version,
+                progress=progress_bar,
+            )
+        except CheckFailed as exc:
+            print_check(exc.report, as_json=False)
+            raise
+        print_rejects(result.report)  # stderr: JSON on stdout stays parseable
+        if as_json:
+            out.print_json(json.dumps(result.summary()))
+            return
+        verb = "launched" if result.created else "already launched"
+        fanout = result.fanout
+        out.print(
+            f"{verb}: {result.loaded.spec.name} (version {result.version}): "
+            f"{fanout.new_jobs} new job(s), {fanout.existing_jobs} already queued"
+            + (f", {result.superseded} superseded" if result.superseded else "")
+        )
+
+
+def print_check(report: CheckReport, as_json: bool) -> None:
+    if as_json:
+        payload = {
+            "ok": report.ok,
+            "recipients": report.recipients,
+            "messages": report.messages,
+            "duplicates": report.duplicates,
+            "duplicate_rows": [
+                {"where": where, "first": first} for where, first in report.duplicate_rows
+            ],
+            "rejected_rows": report.rejected,
+            "problem_count": report.problem_count,
+            "problems": [
+                {
+                    "where": p.where,
+                    "step": p.step,
+                    "error": p.error,
+                    "file": p.file,
+                    "field": p.field,
+                }
+                for p in report.problems
+            ],
+        }
+        out.print_json(json.dumps(payload))
+        return
+    for p in report.problems:
+        err.print(styled(str(p), "red"))
+    if report.problem_count > len(report.problems):
+        err.print(f"… and {report.problem_count - len(report.problems)} more")
+    for where, first in report.duplicate_rows:
+        err.print(f"note: {where}: same mailbox as {first}; sent once, to the first")
+    if report.duplicates:
+        err.print(
+            f"note: {report.duplicates} duplicate address(es) in the audience; each is sent once"
+        )
+
+
+def print_rejects(report: CheckReport) -> None:
+    """Rows a ``strict: false`` audience rejected: skipped on purpose, still shown."""
+    if not report.rejected:
+        return
+    err.print(styled(f"{report.rejected} audience row(s) rejected and skipped:", "yellow"))
+    for p in report.rejects[:20]:
+        err.print(f"  {p}")
+    if report.rejected > 20:
+        err.print(f"  … and {report.rejected - 20} more")

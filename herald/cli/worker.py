@@ -1,0 +1,78 @@
+"""``herald worker``: claim and send due jobs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
+from herald.output import err, out
+
+
+@app.command()
+def worker(
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    smtp_url: SmtpUrl = DEFAULT_SMTP_URL,
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")] = 20,
+    lease: Annotated[
+        float, typer.Option(min=1.0, help="Lease length in seconds (heartbeats renew it).")
+    ] = 120.0,
+    recovery_interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between this worker's recovery passes.")
+    ] = 5.0,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(min=0.0, help="On SIGTERM, how long started sends may take to finish."),
+    ] = 30.0,
+    until_idle: Annotated[
+        bool,
+        typer.Option(
+            "--until-idle",
+            help="Exit 0 when nothing is running and nothing is due within --idle-horizon.",
+        ),
+    ] = False,
+    idle_horizon: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="With --until-idle: keep waiting for jobs (e.g. retries) due within this many "
+            "seconds; later steps are left for a later run.",
+        ),
+    ] = 60.0,
+    retry_base: Annotated[
+        float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
+    ] = 30.0,
+    poll: Annotated[float, typer.Option(min=0.01, help="Idle poll interval, seconds.")] = 1.0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
+    from herald.app.worker import WorkerOptions, build_worker, run_worker
+
+    options = WorkerOptions(
+        concurrency=concurrency,
+        lease=lease,
+        recovery_interval=recovery_interval,
+        shutdown_grace=shutdown_grace,
+        until_idle=until_idle,
+        idle_horizon=idle_horizon,
+        retry_base=retry_base,
+        poll=poll,
+    )
+    with errors_mapped():
+        the_worker = build_worker(opened(database_url), smtp_url, options)
+        report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
+        if as_json:
+            out.print_json(json.dumps(report.as_dict()))
+        else:
+            r = report
+            out.print(
+                f"worker done: {r.sent} sent, {r.retried} to retry, {r.failed} failed, "
+                f"{r.in_doubt} in doubt, {r.released} released"
+            )
+
+
+def _say_stopping() -> None:
+    err.print("stopping: finishing started sends, releasing the rest (again to force)")

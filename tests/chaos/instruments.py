@@ -1,0 +1,129 @@
+"""What the chaos suite plugs into a worker: named crash points, and a worker without T4 guards.
+
+Neither exists in the product. ``CrashInstrumentation`` is an ``Instrumentation`` that SIGKILLs
+the process at a named point with a given probability; ``UnguardedStore`` is the outbox store
+with T4's guards removed (by id only: no token, no state, no lease check), the naive worker the
+suite must catch sending duplicates. ``tests/chaos/worker.py`` builds a worker with them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+
+import sqlalchemy as sa
+
+from dbtypes import db_now
+from dispatch.instrumentation import NullInstrumentation
+from dispatch.models import send_job
+from dispatch.store import ClaimedJob, Lease, OutboxStore
+from dispatch.transport import Envelope
+
+POINTS = (
+    "after_claim_commit",
+    "after_rcpt",
+    "before_t4_commit",
+    "after_t4_commit",
+    "after_data_write",
+    "after_250_before_t5",
+    "after_t5_commit",
+)
+
+
+class CrashPointError(ValueError):
+    """A crash spec names an unknown point or an invalid probability."""
+
+
+class CrashPoints:
+    """``after_t4_commit:0.05,after_claim_commit:0.01[,seed=N]``: where to die, how often."""
+
+    def __init__(self, probabilities: Mapping[str, float], *, seed: int | None = None) -> None:
+        unknown = set(probabilities) - set(POINTS)
+        if unknown:
+            raise CrashPointError(
+                f"unknown crash point(s) {sorted(unknown)}; known: {', '.join(POINTS)}"
+            )
+        self.probabilities = dict(probabilities)
+        self._random = random.Random(seed)
+
+    @classmethod
+    def parse(cls, spec: str) -> CrashPoints:
+        probabilities: dict[str, float] = {}
+        seed: int | None = None
+        for item in spec.split(","):
+            name, _, value = item.strip().partition(":")
+            if name.startswith("seed="):
+                seed = int(name.removeprefix("seed="))
+                continue
+            try:
+                probability = float(value) if value else 1.0
+            except ValueError as exc:
+                raise CrashPointError(f"invalid probability in crash spec: {item!r}") from exc
+            if not 0.0 <= probability <= 1.0:
+                raise CrashPointError(f"probability out of range in crash spec: {item!r}")
+            probabilities[name] = probability
+        return cls(probabilities, seed=seed)
+
+    def hit(self, point: str) -> None:
+        probability = self.probabilities.get(point, 0.0)
+        if probability and self._random.random() < probability:
+            crash(point)
+
+
+def crash(point: str) -> None:
+    """Die the way a power cut or OOM kill does: no cleanup, no flush beyond this line."""
+    sys.stderr.write(f"HERALD_CRASH {point} pid={os.getpid()}\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CrashInstrumentation(NullInstrumentation):
+    """Each named point of a send rolls the dice of ``CrashPoints``."""
+
+    def __init__(self, points: CrashPoints) -> None:
+        self.points = points
+
+    async def after_claim_commit(self, jobs: Sequence[ClaimedJob]) -> None:
+        self.points.hit("after_claim_commit")
+
+    async def after_rcpt(self, job: ClaimedJob) -> None:
+        self.points.hit("after_rcpt")
+
+    def before_t4_commit(self, leases: Sequence[Lease]) -> None:
+        self.points.hit("before_t4_commit")
+
+    async def after_t4_commit(self, job: ClaimedJob) -> None:
+        self.points.hit("after_t4_commit")
+
+    def after_data_write(self, envelope: Envelope) -> None:
+        self.points.hit("after_data_write")
+
+    async def after_250_before_t5(self, job: ClaimedJob) -> None:
+        self.points.hit("after_250_before_t5")
+
+    async def after_t5_commit(self, job: ClaimedJob) -> None:
+        self.points.hit("after_t5_commit")
+
+
+class UnguardedStore(OutboxStore):
+    """T4 with its guards switched off, and unjournalled: a zombie's T4 always succeeds."""
+
+    def start_sends(
+        self, conn: sa.Connection, leases: Sequence[Lease], *, margin_seconds: float, actor: str
+    ) -> set[int]:
+        if not leases:
+            return set()
+        stmt = (
+            sa.update(send_job)
+            .where(send_job.c.id.in_([job_id for job_id, _ in leases]))
+            .values(
+                state="sending",
+                send_attempts=send_job.c.send_attempts + 1,
+                send_started_at=db_now(),
+            )
+            .returning(send_job.c.id)
+        )
+        return {row.id for row in conn.execute(stmt)}

@@ -1,0 +1,127 @@
+"""The chaos suite's worker: ``herald worker`` built with the test instruments.
+
+    python -m tests.chaos.worker --database-url URL --smtp-url URL [herald worker options]
+        [--crash-at after_t4_commit:0.05,after_claim_commit:0.01,seed=N] [--unguarded-t4]
+
+Same options, defaults and output as ``herald worker``, plus two that only exist here:
+``--crash-at`` SIGKILLs the process at named points of a send (``tests/chaos/instruments.py``)
+and ``--unguarded-t4`` runs the naive worker whose T4 has no guards. The shipped CLI has
+neither, and no environment variable that changes what a worker does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+
+from dispatch.egress import EgressPolicy
+from dispatch.instrumentation import Instrumentation, NullInstrumentation
+from dispatch.smtp import SmtpTransport
+from dispatch.store import OutboxStore
+from dispatch.transport import Transport
+from dispatch.webhook import WebhookTransport
+from dispatch.worker import Worker, WorkerConfig, WorkerReport
+from herald.db import create_engine
+from herald.schema import ensure_schema
+from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL, parse_smtp_url
+from tests.chaos.instruments import (
+    CrashInstrumentation,
+    CrashPointError,
+    CrashPoints,
+    UnguardedStore,
+)
+
+
+def _crash_points(spec: str) -> CrashPoints:
+    try:
+        return CrashPoints.parse(spec)
+    except CrashPointError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tests.chaos.worker", description=__doc__)
+    env = os.environ.get
+    p.add_argument("--database-url", default=env("HERALD_DATABASE_URL", DEFAULT_DATABASE_URL))
+    p.add_argument("--smtp-url", default=env("HERALD_SMTP_URL", DEFAULT_SMTP_URL))
+    p.add_argument("--concurrency", type=int, default=20)
+    p.add_argument("--lease", type=float, default=120.0)
+    p.add_argument("--recovery-interval", type=float, default=5.0)
+    p.add_argument("--shutdown-grace", type=float, default=30.0)
+    p.add_argument("--until-idle", action="store_true")
+    p.add_argument("--idle-horizon", type=float, default=60.0)
+    p.add_argument("--retry-base", type=float, default=30.0)
+    p.add_argument("--poll", type=float, default=1.0)
+    p.add_argument("--json", action="store_true", dest="as_json")
+    p.add_argument("--crash-at", type=_crash_points, default=None)
+    p.add_argument("--unguarded-t4", action="store_true")
+    return p.parse_args(argv)
+
+
+def build_worker(args: argparse.Namespace) -> Worker:
+    engine = create_engine(args.database_url)
+    ensure_schema(engine)
+    instrumentation: Instrumentation = (
+        NullInstrumentation() if args.crash_at is None else CrashInstrumentation(args.crash_at)
+    )
+    transports: dict[str, Transport] = {
+        "email": SmtpTransport(parse_smtp_url(args.smtp_url), instrumentation=instrumentation),
+        "webhook": WebhookTransport(
+            EgressPolicy.from_env(os.environ), instrumentation=instrumentation
+        ),
+    }
+    config = WorkerConfig(
+        concurrency=args.concurrency,
+        lease_seconds=args.lease,
+        t4_margin_seconds=min(10.0, args.lease / 4),
+        until_idle=args.until_idle,
+        idle_horizon_seconds=args.idle_horizon,
+        retry_base_seconds=args.retry_base,
+        poll_interval=args.poll,
+        recovery_interval=args.recovery_interval,
+        shutdown_grace_seconds=args.shutdown_grace,
+    )
+    store = OutboxStore(engine.dialect.name)
+    if args.unguarded_t4:
+        sys.stderr.write("TEST MODE: T4 guards are OFF; duplicates are possible\n")
+        store = UnguardedStore(engine.dialect.name)
+    return Worker(engine, transports, config, instrumentation=instrumentation, store=store)
+
+
+async def run(worker: Worker) -> WorkerReport:
+    """As ``herald worker``: the first SIGTERM/SIGINT stops gracefully, the second at once."""
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal() -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            worker.stop()
+        else:
+            os._exit(130)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    return await worker.run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    report = asyncio.run(run(build_worker(args)))
+    if args.as_json:
+        print(json.dumps(report.as_dict()))
+    else:
+        r = report
+        print(
+            f"worker done: {r.sent} sent, {r.retried} to retry, {r.failed} failed, "
+            f"{r.in_doubt} in doubt, {r.released} released"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Repository tools (not shipped: setuptools lists the product packages explicitly)."""
