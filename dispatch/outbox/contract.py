@@ -5,7 +5,7 @@ procrastinate's connectors).
 Every call runs inside a transaction the caller owns (``Tx``: a SQLAlchemy ``Connection`` in
 ``engine.begin()`` for ``SqlOutbox``, a ``MemoryTx`` from ``MemoryOutbox.begin()``); nothing is
 visible to others until it commits, and an exception rolls all of it back. The guarantees every
-implementation gives (tests/contract/ checks them on memory, SQLite and PostgreSQL):
+implementation gives (tests/test_outbox_contract.py checks them on memory, SQLite and PostgreSQL):
 
 - a transition happens only if the job is in one of its ``sources`` (``dispatch.states``) and,
   for a worker's transitions, still carries the caller's fencing token; otherwise the call

@@ -7,29 +7,28 @@ parameter, so a test can move it); a transaction (``begin()``) holds a lock and 
 snapshot if its block raises, so a failed batch changes nothing, as a rollback would.
 
 Not covered here: campaign versions (``dispatch.outbox.versions`` works on SQL only).
+The pieces: ``memory_base`` (data, clock, transactions, ``_move``), ``memory_worker`` (scheduler
+and worker operations) and, here, recovery, operators and readers.
 """
 
 from __future__ import annotations
 
-import copy
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dispatch.outbox.contract import Outbox
-from dispatch.outbox.gate import CAMPAIGN_GATE, CampaignGate
-from dispatch.outbox.jobs import (
-    COMPLETION_TRANSITIONS,
-    ClaimedJob,
-    Completion,
-    Lease,
-    NewJob,
-    RecoveryReport,
-    payload_hash,
+from dispatch.outbox.jobs import RecoveryReport
+from dispatch.outbox.memory_base import (
+    Clock,
+    MemEvent,
+    MemJob,
+    MemoryBase,
+    MemoryTx,
+    system_clock,
 )
+from dispatch.outbox.memory_worker import MemoryWorkerOps
 from dispatch.outbox.operator import CANCELLED, resolution
 from dispatch.outbox.recovery import (
     EXHAUSTED,
@@ -39,394 +38,11 @@ from dispatch.outbox.recovery import (
     POLICY_RESEND,
 )
 from dispatch.outbox.send import in_order
-from dispatch.states import LEASED, State, T, Transition, performs
-
-Clock = Callable[[], datetime]
+from dispatch.states import LEASED, State, T, performs
 
 
-def system_clock() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass
-class MemJob:
-    id: int
-    key: str
-    key_tuple: str
-    campaign: str
-    step: str
-    occurrence_at: datetime
-    channel: str
-    sender: str
-    recipient: str
-    mailbox: str
-    message_id: str
-    payload: bytes
-    payload_hash: str
-    not_before: datetime
-    max_claims: int
-    max_send_attempts: int
-    in_doubt_policy: str
-    state: str = State.PENDING.value
-    claims: int = 0
-    send_attempts: int = 0
-    lease_owner: str | None = None
-    lease_token: int = 0
-    lease_expires_at: datetime | None = None
-    send_started_at: datetime | None = None
-    outcome_code: int | None = None
-    outcome_text: str | None = None
-    outcome_at: datetime | None = None
-    in_doubt_reason: str | None = None
-    resolution: str | None = None
-    superseded_at: datetime | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class MemEvent:
-    id: int
-    job_id: int
-    token: int
-    from_state: str | None
-    to_state: str
-    actor: str
-    detail: str | None
-    at: datetime
-
-
-@dataclass
-class _Data:
-    jobs: dict[int, MemJob] = field(default_factory=dict)
-    events: list[MemEvent] = field(default_factory=list)
-    campaigns: dict[str, str] = field(default_factory=dict)  # name -> status
-    suppressed: dict[str, str] = field(default_factory=dict)  # mailbox -> reason
-    next_id: int = 1
-
-
-class MemoryTx:
-    """One transaction: the data it may change and the outbox's clock."""
-
-    def __init__(self, data: _Data, clock: Clock) -> None:
-        self.data = data
-        self.clock = clock
-
-
-class MemoryOutbox:
-    """Implements ``dispatch.outbox.contract.Outbox[MemoryTx]``."""
-
-    def __init__(self, *, clock: Clock = system_clock, gate: CampaignGate = CAMPAIGN_GATE) -> None:
-        self.clock = clock
-        self.gate = gate
-        self._data = _Data()
-        self._lock = threading.RLock()
-
-    @contextmanager
-    def begin(self) -> Iterator[MemoryTx]:
-        with self._lock:
-            snapshot = copy.deepcopy(self._data)
-            try:
-                yield MemoryTx(self._data, self.clock)
-            except BaseException:
-                self._data = snapshot
-                raise
-
-    def set_campaign_status(self, tx: MemoryTx, campaign: str, status: str) -> None:
-        """What the ``campaigns`` package's table holds in SQL."""
-        tx.data.campaigns[campaign] = status
-
-    # ------------------------------------------------------------ helpers
-
-    def _move(
-        self,
-        tx: MemoryTx,
-        job: MemJob,
-        transition: Transition,
-        actor: str,
-        detail: str | None,
-        **changes: Any,
-    ) -> None:
-        source = State(job.state)
-        transition.check(source)
-        now = tx.clock()
-        for name, value in changes.items():
-            setattr(job, name, value)
-        job.state = transition.target.value
-        job.updated_at = now
-        self._event(tx, job, source, transition, actor, detail)
-
-    @staticmethod
-    def _event(
-        tx: MemoryTx,
-        job: MemJob,
-        source: State | None,
-        transition: Transition,
-        actor: str,
-        detail: str | None,
-    ) -> None:
-        event = MemEvent(
-            len(tx.data.events) + 1,
-            job.id,
-            job.lease_token,
-            None if source is None else source.value,
-            transition.target.value,
-            actor,
-            detail,
-            tx.clock(),
-        )
-        tx.data.events.append(event)
-
-    def _active(self, tx: MemoryTx, job: MemJob) -> bool:
-        # A campaign the table does not know is not inactive (SQL: NOT IN inactive names).
-        return tx.data.campaigns.get(job.campaign, self.gate.active) == self.gate.active
-
-    @staticmethod
-    def _leased(tx: MemoryTx, leases: Sequence[Lease]) -> list[MemJob]:
-        found = (tx.data.jobs.get(job_id) for job_id, _ in leases)
-        tokens = dict(leases)
-        return [j for j in found if j is not None and j.lease_token == tokens[j.id]]
-
-    # ------------------------------------------------------------ scheduler
-
-    @performs(T.ENQUEUE)
-    def enqueue(
-        self, conn: MemoryTx, jobs: Sequence[NewJob], *, replace_pending: bool = False
-    ) -> int:
-        data, now = conn.data, conn.clock()
-        by_key = {j.key: j for j in data.jobs.values()}
-        identities = {(j.campaign, j.step, j.occurrence_at, j.mailbox) for j in data.jobs.values()}
-        inserted = 0
-        for new in jobs:
-            identity = (new.campaign, new.step, new.occurrence_at, new.mailbox_identity)
-            digest = payload_hash(new.payload)
-            old = by_key.get(new.key)
-            if old is not None or identity in identities:
-                if (
-                    replace_pending
-                    and old is not None
-                    and old.recipient == new.recipient
-                    and old.state == State.PENDING.value
-                    and old.payload_hash != digest
-                ):
-                    old.payload, old.payload_hash = new.payload, digest
-                    old.not_before, old.max_send_attempts = new.not_before, new.max_send_attempts
-                    old.updated_at = now
-                continue
-            job = MemJob(
-                id=data.next_id,
-                key=new.key,
-                key_tuple=new.key_tuple,
-                campaign=new.campaign,
-                step=new.step,
-                occurrence_at=new.occurrence_at,
-                channel=new.channel,
-                sender=new.sender,
-                recipient=new.recipient,
-                mailbox=new.mailbox_identity,
-                message_id=new.message_id,
-                payload=new.payload,
-                payload_hash=digest,
-                not_before=new.not_before,
-                max_claims=new.max_claims,
-                max_send_attempts=new.max_send_attempts,
-                in_doubt_policy=new.in_doubt_policy,
-                state=T.ENQUEUE.target.value,
-                created_at=now,
-                updated_at=now,
-            )
-            data.next_id += 1
-            data.jobs[job.id] = job
-            by_key[job.key] = job
-            identities.add(identity)
-            self._event(conn, job, None, T.ENQUEUE, "scheduler", None)
-            inserted += 1
-        return inserted
-
-    # ------------------------------------------------------------ worker
-
-    @performs(T.CLAIM)
-    def claim(
-        self, conn: MemoryTx, *, owner: str, limit: int, lease_seconds: float
-    ) -> list[ClaimedJob]:
-        now = conn.clock()
-        due = sorted(
-            (
-                j
-                for j in conn.data.jobs.values()
-                if j.state in {s.value for s in T.CLAIM.sources}
-                and j.not_before <= now
-                and j.claims < j.max_claims
-                and self._active(conn, j)
-            ),
-            key=lambda j: (j.not_before, j.id),
-        )[:limit]
-        claimed = []
-        for j in due:
-            self._move(
-                conn,
-                j,
-                T.CLAIM,
-                owner,
-                None,
-                lease_token=j.lease_token + 1,
-                lease_owner=owner,
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                claims=j.claims + 1,
-            )
-            claimed.append(
-                ClaimedJob(
-                    j.id,
-                    j.lease_token,
-                    j.key,
-                    j.campaign,
-                    j.step,
-                    j.channel,
-                    j.sender,
-                    j.recipient,
-                    j.message_id,
-                    j.payload,
-                    j.claims,
-                    j.send_attempts,
-                    j.max_send_attempts,
-                )
-            )
-        return claimed
-
-    def heartbeat(
-        self, conn: MemoryTx, leases: Sequence[Lease], *, lease_seconds: float
-    ) -> set[int]:
-        now = conn.clock()
-        alive = set()
-        for j in self._leased(conn, leases):
-            if (
-                State(j.state) in LEASED
-                and j.lease_expires_at is not None
-                and j.lease_expires_at > now
-            ):
-                j.lease_expires_at = now + timedelta(seconds=lease_seconds)
-                alive.add(j.id)
-        return alive
-
-    @performs(T.START_SEND)
-    def start_sends(
-        self, conn: MemoryTx, leases: Sequence[Lease], *, margin_seconds: float, actor: str
-    ) -> set[int]:
-        now = conn.clock()
-        started = set()
-        for j in self._leased(conn, leases):
-            if (
-                j.state in {s.value for s in T.START_SEND.sources}
-                and j.lease_expires_at is not None
-                and j.lease_expires_at > now + timedelta(seconds=margin_seconds)
-                and j.send_attempts < j.max_send_attempts
-                and j.superseded_at is None
-                and j.mailbox not in conn.data.suppressed
-                and self._active(conn, j)
-            ):
-                self._move(
-                    conn,
-                    j,
-                    T.START_SEND,
-                    actor,
-                    None,
-                    send_attempts=j.send_attempts + 1,
-                    send_started_at=now,
-                )
-                started.add(j.id)
-        return started
-
-    @performs(T.UNSTARTABLE_CANCELLED, T.UNSTARTABLE_FAILED, T.UNSTARTABLE_RELEASED)
-    def settle_unstartable(
-        self, conn: MemoryTx, leases: Sequence[Lease], *, actor: str
-    ) -> dict[int, State]:
-        rules: list[tuple[Callable[[MemJob], bool], Transition, str]] = [
-            (lambda j: j.superseded_at is not None, T.UNSTARTABLE_CANCELLED, "superseded"),
-            (
-                lambda j: j.mailbox in conn.data.suppressed,
-                T.UNSTARTABLE_FAILED,
-                "recipient is suppressed",
-            ),
-            (
-                lambda j: conn.data.campaigns.get(j.campaign) == self.gate.cancelled,
-                T.UNSTARTABLE_CANCELLED,
-                "campaign cancelled",
-            ),
-            (
-                lambda j: j.send_attempts >= j.max_send_attempts,
-                T.UNSTARTABLE_FAILED,
-                "send attempts exhausted",
-            ),
-            (lambda j: True, T.UNSTARTABLE_RELEASED, "released before sending"),
-        ]
-        settled: dict[int, State] = {}
-        for j in self._leased(conn, leases):
-            if State(j.state) not in T.UNSTARTABLE_RELEASED.sources:
-                continue
-            _, transition, why = next(r for r in rules if r[0](j))
-            outcome: dict[str, Any] = {}
-            if transition.target is not State.PENDING:
-                outcome = {"outcome_text": why, "outcome_at": conn.clock()}
-            self._move(
-                conn,
-                j,
-                transition,
-                actor,
-                why,
-                lease_owner=None,
-                lease_expires_at=None,
-                **outcome,
-            )
-            settled[j.id] = transition.target
-        return settled
-
-    @performs(*COMPLETION_TRANSITIONS)
-    def complete(
-        self, conn: MemoryTx, completions: Sequence[Completion], *, actor: str
-    ) -> set[int]:
-        now = conn.clock()
-        applied: set[int] = set()
-        for c in completions:
-            transition = c.transition  # raises for an outcome the machine does not have
-            (job,) = self._leased(conn, [c.lease]) or (None,)
-            if job is None or State(job.state) not in transition.sources or job.id in applied:
-                continue
-            changes: dict[str, Any] = {
-                "outcome_code": c.code,
-                "outcome_text": c.text,
-                "outcome_at": now,
-                "lease_owner": None,
-            }
-            if transition.target in (State.SENT, State.FAILED, State.PENDING):
-                changes["lease_expires_at"] = None
-            if transition.target is State.PENDING:
-                changes["not_before"] = now + timedelta(seconds=c.retry_in)
-            if transition.target is State.IN_DOUBT:
-                changes["in_doubt_reason"] = c.in_doubt_reason or c.text
-            self._move(conn, job, transition, actor, c.detail, **changes)
-            applied.add(job.id)
-        return applied
-
-    @performs(T.RELEASE)
-    def release_claims(self, conn: MemoryTx, leases: Sequence[Lease], *, actor: str) -> set[int]:
-        done = set()
-        for j in self._leased(conn, leases):
-            if State(j.state) in T.RELEASE.sources:
-                self._move(
-                    conn,
-                    j,
-                    T.RELEASE,
-                    actor,
-                    "released at shutdown",
-                    claims=j.claims - 1,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                )
-                done.add(j.id)
-        return done
-
-    def lease_state(self, conn: MemoryTx, leases: Sequence[Lease]) -> dict[int, str]:
-        return {j.id: j.state for j in self._leased(conn, leases)}
+class MemoryOutbox(MemoryWorkerOps):
+    """Implements ``dispatch.outbox.contract.Outbox[MemoryTx]``: ``MemoryOutbox(clock=…)``."""
 
     # ------------------------------------------------------------ recovery
 
@@ -496,18 +112,6 @@ class MemoryOutbox:
         return report
 
     # ------------------------------------------------------------ operators
-
-    @staticmethod
-    def _selected(
-        tx: MemoryTx, state: State, keys: Sequence[str] | None, campaign: str | None
-    ) -> list[MemJob]:
-        return [
-            j
-            for j in sorted(tx.data.jobs.values(), key=lambda j: j.id)
-            if j.state == state.value
-            and (keys is None or j.key in keys)
-            and (campaign is None or j.campaign == campaign)
-        ]
 
     @performs(T.CANCEL)
     def cancel_campaign(self, conn: MemoryTx, campaign: str, *, actor: str) -> int:
@@ -647,3 +251,6 @@ class MemoryOutbox:
 
 if TYPE_CHECKING:  # mypy proves the class honours the contract
     _conforms: type[Outbox[MemoryTx]] = MemoryOutbox
+
+
+__all__ = ["Clock", "MemEvent", "MemJob", "MemoryBase", "MemoryOutbox", "MemoryTx", "system_clock"]
