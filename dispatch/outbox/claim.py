@@ -1,0 +1,181 @@
+"""Getting work into and out of the queue: enqueue (T1), claim (T2), heartbeat (T3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from dbtypes import UtcTimestamp, db_now, db_now_plus, seconds
+from dispatch.models import send_job
+from dispatch.outbox.base import SqlBase
+from dispatch.outbox.jobs import ClaimedJob, Lease, NewJob, payload_hash
+from dispatch.outbox.sqlcore import J, guard, journal, leases_in
+from dispatch.states import LEASED, State, T, performs
+
+
+class ClaimOps(SqlBase):
+    @performs(T.ENQUEUE)
+    def enqueue(
+        self, conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool = False
+    ) -> int:
+        """Insert jobs, ignoring any that exist. Returns how many rows were new.
+
+        A job exists when its key does, or when its (campaign, step, occurrence, mailbox) does:
+        jobs an older Herald keyed on another spelling of the same mailbox count as existing.
+
+        With ``replace_pending`` (a new campaign version), a job that exists but is still
+        pending gets the new payload when it is for the same key and the same spelling (so the
+        envelope and the To header always agree, and the first of several spellings in one
+        audience keeps the job); anything claimed or beyond keeps what it had.
+        """
+        if not jobs:
+            return 0
+        values = [
+            {
+                "key": job.key,
+                "key_tuple": job.key_tuple,
+                "campaign": job.campaign,
+                "step": job.step,
+                "occurrence_at": job.occurrence_at,
+                "channel": job.channel,
+                "sender": job.sender,
+                "recipient": job.recipient,
+                "mailbox": job.mailbox_identity,
+                "message_id": job.message_id,
+                "payload": job.payload,
+                "payload_hash": payload_hash(job.payload),
+                "state": T.ENQUEUE.target.value,
+                "not_before": job.not_before,
+                "claims": 0,
+                "max_claims": job.max_claims,
+                "send_attempts": 0,
+                "max_send_attempts": job.max_send_attempts,
+                "lease_token": 0,
+                "in_doubt_policy": job.in_doubt_policy,
+            }
+            for job in jobs
+        ]
+        # executemany: one cached compile, batched by SQLAlchemy's "insertmanyvalues" into
+        # multi-row INSERT … RETURNING statements (instead of compiling 19 × N bind params).
+        # No conflict target: both UNIQUE indexes (key, and campaign/step/occurrence/mailbox)
+        # make a row a no-op, whichever one it hits.
+        stmt = self.forms.insert(send_job).on_conflict_do_nothing().returning(J.id)
+        inserted = [row.id for row in conn.execute(stmt, values)]
+        if replace_pending and len(inserted) < len(values):
+            # Only rows nobody has claimed yet take the new version's payload; anything
+            # claimed or beyond keeps what it had (a sent key stays sent). Not a transition:
+            # the state stays pending.
+            conn.execute(
+                sa.update(send_job)
+                .where(
+                    J.key == sa.bindparam("b_key"),
+                    J.recipient == sa.bindparam("b_recipient"),
+                    J.state == State.PENDING.value,
+                    J.payload_hash != sa.bindparam("b_hash"),
+                )
+                .values(
+                    payload=sa.bindparam("b_payload"),
+                    payload_hash=sa.bindparam("b_hash"),
+                    not_before=sa.bindparam("b_not_before", type_=UtcTimestamp()),
+                    max_send_attempts=sa.bindparam("b_max"),
+                    updated_at=db_now(),
+                ),
+                [
+                    {
+                        "b_key": v["key"],
+                        "b_recipient": v["recipient"],
+                        "b_hash": v["payload_hash"],
+                        "b_payload": v["payload"],
+                        "b_not_before": v["not_before"],
+                        "b_max": v["max_send_attempts"],
+                    }
+                    for v in values
+                ],
+            )
+        journal(conn, T.ENQUEUE, [(job_id, 0, None) for job_id in inserted], "scheduler")
+        return len(inserted)
+
+    @performs(T.CLAIM)
+    def claim(
+        self, conn: sa.Connection, *, owner: str, limit: int, lease_seconds: float
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due jobs in one statement; each gets a new fencing token."""
+        due = (
+            sa.select(J.id)
+            .where(
+                guard(T.CLAIM),
+                J.not_before <= db_now(),
+                J.claims < J.max_claims,  # poison jobs wait for recovery's dead letter
+                self.campaigns.active(),
+            )
+            .order_by(J.not_before, J.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        update = (
+            sa.update(send_job)
+            .where(self.forms.picked(due), guard(T.CLAIM))
+            .values(
+                state=T.CLAIM.target.value,
+                lease_token=J.lease_token + 1,
+                lease_owner=owner,
+                lease_expires_at=db_now_plus(seconds(lease_seconds)),
+                claims=J.claims + 1,
+                updated_at=db_now(),
+            )
+        )
+        columns: tuple[Any, ...] = (
+            J.key,
+            J.campaign,
+            J.step,
+            J.channel,
+            J.sender,
+            J.recipient,
+            J.message_id,
+            J.payload,
+            J.claims,
+            J.send_attempts,
+            J.max_send_attempts,
+            J.not_before,
+        )
+        rows = self.forms.journalled(conn, update, T.CLAIM, actor=owner, returning=columns)
+        rows.sort(key=lambda r: (r.not_before, r.id))
+        return [
+            ClaimedJob(
+                id=r.id,
+                token=r.lease_token,
+                key=r.key,
+                campaign=r.campaign,
+                step=r.step,
+                channel=r.channel,
+                sender=r.sender,
+                recipient=r.recipient,
+                message_id=r.message_id,
+                payload=bytes(r.payload),
+                claims=r.claims,
+                send_attempts=r.send_attempts,
+                max_send_attempts=r.max_send_attempts,
+            )
+            for r in rows
+        ]
+
+    def heartbeat(
+        self, conn: sa.Connection, leases: Sequence[Lease], *, lease_seconds: float
+    ) -> set[int]:
+        """Extend live leases (no transition). An expired lease is never revived: its job may
+        be someone else's."""
+        if not leases:
+            return set()
+        stmt = (
+            sa.update(send_job)
+            .where(
+                leases_in(leases),
+                J.state.in_(sorted(s.value for s in LEASED)),
+                J.lease_expires_at > db_now(),
+            )
+            .values(lease_expires_at=db_now_plus(seconds(lease_seconds)))
+            .returning(J.id)
+        )
+        return {row.id for row in conn.execute(stmt)}

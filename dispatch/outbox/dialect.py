@@ -1,0 +1,219 @@
+"""The SQL forms that differ between PostgreSQL and SQLite, as one strategy object.
+
+PostgreSQL gets constant-shape batched statements: a batch of leases is ``unnest``-ed arrays
+joined by primary key, and a transition and its journal rows are ONE statement (a
+data-modifying CTE). SQLite has neither arrays nor data-modifying CTEs: a batch is a
+``(id, token) IN (…)`` list with per-row ``CASE`` values, and the journal is a second statement
+in the same transaction. Everything else in the outbox is written once, for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from dispatch.models import send_event
+from dispatch.outbox.jobs import Lease
+from dispatch.outbox.sqlcore import J, JournalRow, journal, leases_in
+from dispatch.states import State, Transition
+
+
+@dataclass(frozen=True)
+class Column:
+    type_: Any
+    values: Mapping[int, Any]  # job id -> value
+
+
+class LeaseBatch(Protocol):
+    """Many leases, each with its own values, addressable from one UPDATE."""
+
+    def where(self) -> sa.ColumnElement[bool]: ...
+    def value(self, name: str) -> Any: ...
+    def params(self) -> dict[str, Any]: ...
+
+
+class SqlForms(Protocol):
+    name: str
+
+    def insert(self, table: sa.Table) -> Any: ...
+    def greatest(self, a: Any, b: Any) -> Any: ...
+    def picked(self, due: sa.Select[Any]) -> sa.ColumnElement[bool]: ...
+    def batch(self, leases: Sequence[Lease], columns: Mapping[str, Column]) -> LeaseBatch: ...
+    def journalled(
+        self,
+        conn: sa.Connection,
+        update: sa.Update,
+        transition: Transition,
+        *,
+        actor: str,
+        returning: Sequence[Any] = (),
+        batch: LeaseBatch | None = None,
+        detail: Mapping[int, str] | None = None,
+        source: State | None = None,
+    ) -> list[Any]: ...
+
+
+# ------------------------------------------------------------------------------------ PostgreSQL
+
+
+class _UnnestBatch:
+    """``unnest(:v_id, :v_token, :v_a, …) AS v(id, token, a, …)`` joined on (id, token)."""
+
+    def __init__(self, leases: Sequence[Lease], columns: Mapping[str, Column]) -> None:
+        types = {"id": sa.BigInteger(), "token": sa.BigInteger()}
+        types.update({name: c.type_ for name, c in columns.items()})
+        fn = sa.func.unnest(
+            *[sa.bindparam(f"v_{n}", type_=postgresql.ARRAY(t)) for n, t in types.items()]
+        )
+        self.v = fn.table_valued(*[sa.column(n, t) for n, t in types.items()]).render_derived(
+            name="v"
+        )
+        self._params: dict[str, Any] = {
+            "v_id": [i for i, _ in leases],
+            "v_token": [t for _, t in leases],
+        }
+        for name, column in columns.items():
+            self._params[f"v_{name}"] = [column.values[i] for i, _ in leases]
+
+    def where(self) -> sa.ColumnElement[bool]:
+        return sa.and_(J.id == self.v.c.id, J.lease_token == self.v.c.token)
+
+    def value(self, name: str) -> Any:
+        return self.v.c[name]
+
+    def params(self) -> dict[str, Any]:
+        return self._params
+
+
+class PostgresForms:
+    name = "postgresql"
+
+    def insert(self, table: sa.Table) -> Any:
+        return postgresql.insert(table)
+
+    def greatest(self, a: Any, b: Any) -> Any:
+        return sa.func.greatest(a, b)
+
+    def picked(self, due: sa.Select[Any]) -> sa.ColumnElement[bool]:
+        # A MATERIALIZED CTE is evaluated exactly once and joined by primary key.
+        cte = due.cte("picked").prefix_with("MATERIALIZED")
+        picked: sa.ColumnElement[bool] = J.id == cte.c.id
+        return picked
+
+    def batch(self, leases: Sequence[Lease], columns: Mapping[str, Column]) -> LeaseBatch:
+        return _UnnestBatch(leases, columns)
+
+    def journalled(
+        self,
+        conn: sa.Connection,
+        update: sa.Update,
+        transition: Transition,
+        *,
+        actor: str,
+        returning: Sequence[Any] = (),
+        batch: LeaseBatch | None = None,
+        detail: Mapping[int, str] | None = None,
+        source: State | None = None,
+    ) -> list[Any]:
+        """The transition and its journal rows in ONE statement (data-modifying CTEs)."""
+        if source is None:
+            source = transition.source
+        transition.check(source)
+        detail_col = batch.value("detail") if batch is not None and detail is not None else None
+        done = update.returning(
+            J.id,
+            J.lease_token,
+            *returning,
+            (sa.null() if detail_col is None else detail_col).label("detail"),
+        ).cte("done")
+        events = (
+            sa.insert(send_event)
+            .from_select(
+                ["job_id", "token", "from_state", "to_state", "actor", "detail"],
+                sa.select(
+                    done.c.id,
+                    done.c.lease_token,
+                    sa.literal(source.value, sa.String()),
+                    sa.literal(transition.target.value, sa.String()),
+                    sa.bindparam("actor", type_=sa.String()),
+                    sa.null() if detail_col is None else done.c.detail,
+                ),
+            )
+            .cte("journal")
+        )
+        params = dict(batch.params()) if batch is not None else {}
+        params["actor"] = actor
+        return list(conn.execute(sa.select(done).add_cte(events), params))
+
+
+# ------------------------------------------------------------------------------------ SQLite
+
+
+class _InListBatch:
+    """``(id, lease_token) IN (…)`` with a ``CASE id WHEN … THEN …`` per value column."""
+
+    def __init__(self, leases: Sequence[Lease], columns: Mapping[str, Column]) -> None:
+        self.leases = list(leases)
+        self.columns = columns
+
+    def where(self) -> sa.ColumnElement[bool]:
+        return leases_in(self.leases)
+
+    def value(self, name: str) -> Any:
+        column = self.columns[name]
+        return sa.case(
+            {job_id: sa.literal(v, column.type_) for job_id, v in column.values.items()},
+            value=J.id,
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+class SqliteForms:
+    name = "sqlite"
+
+    def insert(self, table: sa.Table) -> Any:
+        return sqlite.insert(table)
+
+    def greatest(self, a: Any, b: Any) -> Any:
+        return sa.func.max(a, b)  # SQLite's two-argument max() is a scalar function
+
+    def picked(self, due: sa.Select[Any]) -> sa.ColumnElement[bool]:
+        picked: sa.ColumnElement[bool] = J.id.in_(due.scalar_subquery())
+        return picked
+
+    def batch(self, leases: Sequence[Lease], columns: Mapping[str, Column]) -> LeaseBatch:
+        return _InListBatch(leases, columns)
+
+    def journalled(
+        self,
+        conn: sa.Connection,
+        update: sa.Update,
+        transition: Transition,
+        *,
+        actor: str,
+        returning: Sequence[Any] = (),
+        batch: LeaseBatch | None = None,
+        detail: Mapping[int, str] | None = None,
+        source: State | None = None,
+    ) -> list[Any]:
+        """The transition, then its journal rows, in the caller's transaction."""
+        rows = list(conn.execute(update.returning(J.id, J.lease_token, *returning)))
+        events: list[JournalRow] = [
+            (r.id, r.lease_token, None if detail is None else detail[r.id]) for r in rows
+        ]
+        journal(conn, transition, events, actor, source=source)
+        return rows
+
+
+def forms_for(dialect_name: str) -> SqlForms:
+    """PostgreSQL's forms for PostgreSQL; the portable (SQLite) forms for anything else."""
+    return PostgresForms() if dialect_name == "postgresql" else SqliteForms()
+
+
+__all__ = ["Column", "LeaseBatch", "PostgresForms", "SqlForms", "SqliteForms", "forms_for"]

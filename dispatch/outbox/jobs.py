@@ -1,0 +1,118 @@
+"""The values that cross the outbox contract: new jobs, claimed jobs, leases, outcomes.
+
+They are plain frozen dataclasses so every implementation (SQL, memory) and every caller
+(scheduler, worker, committer, CLI) shares them without knowing how jobs are stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dispatch.states import State, T, Transition
+
+Lease = tuple[int, int]  # (job id, fencing token)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    key: str
+    key_tuple: str
+    campaign: str
+    step: str
+    occurrence_at: datetime
+    channel: str
+    sender: str
+    recipient: str
+    message_id: str
+    payload: bytes
+    not_before: datetime
+    max_send_attempts: int = 5
+    max_claims: int = 10
+    in_doubt_policy: str = "hold"
+    # The canonical identity of the recipient's mailbox (campaigns.addresses.mailbox_identity),
+    # computed by the caller since dispatch cannot import campaigns. None stands for the
+    # recipient as written (tests and benchmarks that build jobs by hand).
+    mailbox: str | None = None
+
+    @property
+    def mailbox_identity(self) -> str:
+        return self.recipient if self.mailbox is None else self.mailbox
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    token: int
+    key: str
+    campaign: str
+    step: str
+    channel: str
+    sender: str
+    recipient: str
+    message_id: str
+    payload: bytes
+    claims: int
+    send_attempts: int
+    max_send_attempts: int
+
+    @property
+    def lease(self) -> Lease:
+        return (self.id, self.token)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The result of a worker-side transition request for one lease."""
+
+    lease: Lease
+    target: State  # sent, pending (retry), failed, in_doubt
+    code: int | None = None
+    text: str = ""
+    retry_in: float = 0.0  # seconds, for target=pending
+    in_doubt_reason: str | None = None
+    before_data: bool = False  # T6: the job never reached sending (error before DATA)
+
+    @property
+    def transition(self) -> Transition:
+        """The one transition this outcome performs; anything else is a caller's bug."""
+        found = _COMPLETIONS.get((self.target, self.before_data and self.target is not State.SENT))
+        if found is None:
+            raise ValueError(
+                f"no transition for a {'pre-DATA ' if self.before_data else ''}"
+                f"outcome ending {self.target}"
+            )
+        return found
+
+    @property
+    def detail(self) -> str:
+        """The journal's text for this outcome."""
+        code = f"{self.code} " if self.code is not None else ""
+        return f"{code}{self.text}".strip()[:2000]
+
+
+_COMPLETIONS: dict[tuple[State, bool], Transition] = {
+    (State.SENT, False): T.SENT,
+    (State.PENDING, True): T.RETRY_BEFORE_DATA,
+    (State.FAILED, True): T.FAILED_BEFORE_DATA,
+    (State.PENDING, False): T.RETRY_DATA_REFUSED,
+    (State.FAILED, False): T.FAILED_DATA_REFUSED,
+    (State.IN_DOUBT, False): T.DATA_UNKNOWN,
+}
+
+#: Every transition a completion can perform.
+COMPLETION_TRANSITIONS: tuple[Transition, ...] = tuple(dict.fromkeys(_COMPLETIONS.values()))
+
+
+@dataclass
+class RecoveryReport:
+    released: int = 0  # category 1: claimed, never started -> pending
+    in_doubt: int = 0  # category 2: started, outcome unknown -> in_doubt
+    dead: int = 0  # category 3: exhausted -> failed
+    resent: int = 0  # in_doubt jobs whose channel policy allows an automatic resend
+    details: list[tuple[int, str, str]] = field(default_factory=list)  # (job id, to, why)
+
+
+def payload_hash(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()

@@ -1,0 +1,115 @@
+"""Recovery (R1–R4): what becomes of leases that expired on the database clock, of jobs with
+nothing left to spend, and of in-doubt jobs whose channel may safely be sent to again."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from dbtypes import db_now, db_now_plus, seconds
+from dispatch.models import send_job
+from dispatch.outbox.base import SqlBase
+from dispatch.outbox.jobs import RecoveryReport
+from dispatch.outbox.sqlcore import J, guard, journal, journal_each, returned
+from dispatch.states import T, performs
+
+EXPIRED_BEFORE_SENDING = "lease expired before sending"
+POISON = "poison: lease expired before sending on every claim"
+LOST_IN_SEND = "lease expired during send"
+EXHAUSTED = "attempts exhausted"
+POLICY_RESEND = "policy: resend"
+
+
+class RecoveryOps(SqlBase):
+    @performs(T.EXPIRED_CLAIM, T.POISON, T.LOST_IN_SEND, T.EXHAUSTED, T.POLICY_RESEND)
+    def recover(self, conn: sa.Connection, *, grace_seconds: float, actor: str) -> RecoveryReport:
+        """Recover only leases that expired on the database clock more than ``grace`` ago."""
+        report = RecoveryReport()
+        expired = J.lease_expires_at < db_now_plus(seconds(-grace_seconds))
+
+        # R1 (R1p for poison jobs): claimed, never started. One statement, two targets: each
+        # returned row's state says which of the two transitions it took.
+        poison = J.claims >= J.max_claims
+        stmt = (
+            sa.update(send_job)
+            .where(guard(T.EXPIRED_CLAIM), expired)
+            .values(
+                state=sa.case((poison, T.POISON.target.value), else_=T.EXPIRED_CLAIM.target.value),
+                outcome_text=sa.case((poison, POISON), else_=J.outcome_text),
+                outcome_at=sa.case((poison, db_now()), else_=J.outcome_at),
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=db_now(),
+            )
+            .returning(J.id, J.lease_token, J.state)
+        )
+        rows = list(conn.execute(stmt))
+        journal_each(
+            conn,
+            [
+                (
+                    t,
+                    returned(
+                        [r for r in rows if r.state == t.target.value], EXPIRED_BEFORE_SENDING
+                    ),
+                )
+                for t in (T.EXPIRED_CLAIM, T.POISON)
+            ],
+            actor,
+        )
+        report.released = sum(1 for r in rows if r.state == T.EXPIRED_CLAIM.target.value)
+        report.dead += sum(1 for r in rows if r.state == T.POISON.target.value)
+        report.details += [(r.id, r.state, EXPIRED_BEFORE_SENDING) for r in rows]
+
+        # R2: started, outcome unknown. Never resent automatically for email.
+        stmt = (
+            sa.update(send_job)
+            .where(guard(T.LOST_IN_SEND), expired)
+            .values(
+                state=T.LOST_IN_SEND.target.value,
+                in_doubt_reason=LOST_IN_SEND,
+                lease_owner=None,
+                updated_at=db_now(),
+            )
+            .returning(J.id, J.lease_token)
+        )
+        lost = returned(conn.execute(stmt), LOST_IN_SEND)
+        journal(conn, T.LOST_IN_SEND, lost, actor)
+        report.in_doubt = len(lost)
+        report.details += [(i, T.LOST_IN_SEND.target.value, LOST_IN_SEND) for i, _, _ in lost]
+
+        # R3: pending jobs with nothing left to spend.
+        exhausted = sa.or_(J.send_attempts >= J.max_send_attempts, J.claims >= J.max_claims)
+        stmt = (
+            sa.update(send_job)
+            .where(guard(T.EXHAUSTED), exhausted)
+            .values(
+                state=T.EXHAUSTED.target.value,
+                outcome_text=EXHAUSTED,
+                outcome_at=db_now(),
+                updated_at=db_now(),
+            )
+            .returning(J.id, J.lease_token)
+        )
+        dead = returned(conn.execute(stmt), EXHAUSTED)
+        journal(conn, T.EXHAUSTED, dead, actor)
+        report.dead += len(dead)
+        report.details += [(i, T.EXHAUSTED.target.value, EXHAUSTED) for i, _, _ in dead]
+
+        # R4, channel policy: receivers that dedupe on Idempotency-Key may be sent to again.
+        stmt = (
+            sa.update(send_job)
+            .where(
+                guard(T.POLICY_RESEND),
+                J.in_doubt_policy == "resend",
+                J.send_attempts < J.max_send_attempts,
+                J.superseded_at.is_(None),
+            )
+            .values(
+                state=T.POLICY_RESEND.target.value, resolution=POLICY_RESEND, updated_at=db_now()
+            )
+            .returning(J.id, J.lease_token)
+        )
+        resent = returned(conn.execute(stmt), POLICY_RESEND)
+        journal(conn, T.POLICY_RESEND, resent, actor)
+        report.resent = len(resent)
+        return report

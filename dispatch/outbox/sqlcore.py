@@ -1,0 +1,134 @@
+"""What every SQL concern of the outbox shares: the job columns, the guard and journal derived
+from ``dispatch.states``, the campaign and suppression filters.
+
+Every transition is one conditional ``UPDATE … WHERE <guard> RETURNING`` and writes its
+``send_event`` rows in the same transaction. The guard's state test and the journal's from/to
+both come from a ``Transition``, never from literals at the call site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from dbtypes import db_now
+from dispatch.models import send_event, send_job, suppression
+from dispatch.outbox.gate import CampaignGate
+from dispatch.outbox.jobs import Lease
+from dispatch.states import State, Transition
+
+J = send_job.c
+
+JournalRow = tuple[int, int, str | None]  # (job id, token, detail)
+
+
+def guard(transition: Transition, source: State | None = None) -> sa.ColumnElement[bool]:
+    """``state = <source>``, or ``state IN <sources>`` when no single source is named.
+
+    ``source`` selects one of the transition's sources (statements that run once per source so
+    each journal row names where its job came from).
+    """
+    if source is None and len(transition.sources) == 1:
+        source = transition.source
+    clause: sa.ColumnElement[bool]
+    if source is not None:
+        transition.check(source)
+        clause = J.state == source.value
+    else:
+        clause = J.state.in_(sorted(s.value for s in transition.sources))
+    return clause
+
+
+def journal(
+    conn: sa.Connection,
+    transition: Transition,
+    rows: Sequence[JournalRow],
+    actor: str,
+    *,
+    source: State | None = None,
+) -> None:
+    """Append one event per row, from ``source`` (default: the transition's single source)."""
+    journal_each(conn, [(transition, rows)], actor, source=source)
+
+
+def journal_each(
+    conn: sa.Connection,
+    parts: Sequence[tuple[Transition, Sequence[JournalRow]]],
+    actor: str,
+    *,
+    source: State | None = None,
+) -> None:
+    """One INSERT for the events of several transitions (a statement that took more than one)."""
+    params: list[dict[str, Any]] = []
+    for transition, rows in parts:
+        if not rows:
+            continue
+        origin = transition.source if source is None and transition.sources else source
+        transition.check(origin)
+        params += [
+            {
+                "job_id": job_id,
+                "token": token,
+                "from_state": None if origin is None else origin.value,
+                "to_state": transition.target.value,
+                "detail": detail,
+            }
+            for job_id, token, detail in rows
+        ]
+    if params:
+        conn.execute(sa.insert(send_event).values(at=db_now(), actor=actor), params)
+
+
+def leases_in(leases: Iterable[Lease]) -> sa.ColumnElement[bool]:
+    return sa.tuple_(J.id, J.lease_token).in_(list(leases))
+
+
+def suppressed() -> sa.Exists:
+    # On the mailbox identity, never the spelling: a suppressed mailbox stays suppressed
+    # however an audience writes it.
+    return sa.exists().where(suppression.c.address == J.mailbox)
+
+
+class CampaignFilters:
+    """The campaign-status predicates, built from a ``CampaignGate``."""
+
+    def __init__(self, gate: CampaignGate) -> None:
+        self.gate = gate
+        table = gate.clause()
+        self._name = table.c[gate.name_column]
+        self._status = table.c[gate.status_column]
+
+    def not_active(self) -> sa.Exists:
+        return sa.exists().where(self._name == J.campaign, self._status != self.gate.active)
+
+    def has_status(self, status: str) -> sa.Exists:
+        return sa.exists().where(self._name == J.campaign, self._status == status)
+
+    def active(self) -> sa.ColumnElement[bool]:
+        """``campaign NOT IN (inactive names)``: a hashed subplan, planned well without statistics.
+
+        The equivalent ``NOT EXISTS`` becomes an anti-join whose estimate, on a campaign table
+        that was never analysed (autovacuum skips tables under 50 changed rows), makes
+        PostgreSQL sort the whole pending backlog on every claim instead of reading the due
+        index in order.
+        """
+        inactive = sa.select(self._name).where(self._status != self.gate.active)
+        active: sa.ColumnElement[bool] = J.campaign.not_in(inactive)
+        return active
+
+
+def selection(keys: Sequence[str] | None, campaign: str | None) -> list[sa.ColumnElement[bool]]:
+    """The operator's selection: these keys, this campaign, or both."""
+    clauses: list[sa.ColumnElement[bool]] = []
+    if keys is not None:
+        clauses.append(J.key.in_(list(keys)))
+    if campaign is not None:
+        clauses.append(J.campaign == campaign)
+    return clauses
+
+
+def returned(rows: Iterable[Any], detail: str | None = None) -> list[JournalRow]:
+    """Journal rows from ``RETURNING id, lease_token`` rows, all with the same detail."""
+    return [(r.id, r.lease_token, detail) for r in rows]
