@@ -4,36 +4,35 @@
     .venv/bin/python -m tools.states_doc --check  # exit 1 if docs/states.md is out of date
 
 What it reads: ``dispatch.states.State`` (every state, in declaration order),
-``dispatch.states.TRANSITIONS`` (every named transition with its source and target states) and,
-when present, ``TERMINAL`` and ``LEASED``. ``transitions_from_table`` is the ONE function that
-knows the table's data shape; when ``dispatch/states.py`` changes shape, adapt that function
-only. Who performs a transition and why are taken from the table entry when it carries them
-(attributes ``by``/``actor`` and ``why``/``reason``/``doc``), else from ``_NOTES`` below.
+``dispatch.states.MACHINE`` (every ``Transition``: code, name, source states, one target, actor
+kind), ``TERMINAL`` and ``LEASED``. Who performs a transition and why are prose, kept in
+``NOTES`` below keyed by the transition's code; a transition without an entry (or an entry
+without a transition) is refused, and so is a transition without a code or a name.
 
-``tests/test_docs.py`` fails when the committed file differs from what this module renders, and
-when a transition has no "who"/"why": the documentation cannot drift from the code.
+``tests/unit/test_docs.py`` fails when the committed file differs from what this module renders:
+the documentation cannot drift from the code.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dispatch import states
 
 OUTPUT = Path(__file__).resolve().parents[1] / "docs" / "states.md"
 NEW = "(new)"  # the source of a transition that creates the row
 
-# Who performs each transition and why, keyed by its code ("T4", "R1") or, for a transition
-# without a code, its full name. Used only when the table entry does not say so itself.
-_NOTES: dict[str, tuple[str, str]] = {
+# Who performs each transition and why, keyed by its code. ``dispatch.states.Transition`` carries
+# the actor *kind*; the individual actor and the reason are prose, so they live here rather than
+# in the module the store imports. Every code in ``MACHINE`` needs an entry, and an entry for a
+# code ``MACHINE`` no longer has is an error too: the two cannot drift apart.
+NOTES: dict[str, tuple[str, str]] = {
     "T1": (
-        "scheduler (fan-out)",
+        "scheduler fan-out (`herald launch`)",
         "An occurrence is materialised: `INSERT … ON CONFLICT DO NOTHING` on the unique key, "
         "so re-firing a trigger or relaunching inserts nothing twice.",
     ),
@@ -48,6 +47,21 @@ _NOTES: dict[str, tuple[str, str]] = {
         "same token, enough lease left, attempts left, not suppressed, not superseded, "
         "campaign active.",
     ),
+    "T4c": (
+        "worker, after T4 refused",
+        "The T4 guard refused because the job was superseded by a new version or its campaign "
+        "was cancelled: the claim ends cancelled.",
+    ),
+    "T4f": (
+        "worker, after T4 refused",
+        "The T4 guard refused because the recipient is suppressed or the send attempts are used "
+        "up: the claim ends failed.",
+    ),
+    "T4r": (
+        "worker, after T4 refused",
+        "The T4 guard refused for a passing reason (campaign paused, too little lease left): "
+        "the job goes back to pending untouched.",
+    ),
     "T5": (
         "worker",
         "The receiver accepted the message (SMTP 250, HTTP 2xx). Also from `in_doubt`: a late "
@@ -55,24 +69,39 @@ _NOTES: dict[str, tuple[str, str]] = {
     ),
     "T6": (
         "worker",
-        "Nothing was delivered (connect, MAIL, RCPT, or T4 refused): back to pending with "
-        "backoff, or failed when permanent (e.g. RCPT 550, suppressed, attempts used up).",
+        "Nothing was delivered (connect, EHLO, MAIL or RCPT failed temporarily): back to pending "
+        "with backoff.",
+    ),
+    "T6f": (
+        "worker",
+        "Nothing was delivered and retrying cannot help (e.g. RCPT 550, attempts used up): failed.",
     ),
     "T7": (
         "worker",
-        "A definitive reply to DATA: 4xx retries with backoff (failed once attempts are used "
-        "up), 5xx fails.",
+        "A definitive temporary refusal of DATA (4xx): back to pending with backoff.",
+    ),
+    "T7f": (
+        "worker",
+        "A definitive refusal of DATA: 5xx, or 4xx once the attempts are used up: failed.",
     ),
     "T8": (
         "worker",
         "Timeout, disconnect or cancellation inside DATA: the outcome is unknown (RFC 1047). "
         "The connection is closed, never reused.",
     ),
+    "W1": (
+        "worker (graceful shutdown, unusable transport)",
+        "The worker gives back claims it will not start (shutdown, or a transport that cannot "
+        "be used as configured), without counting the claim.",
+    ),
     "R1": (
-        "recovery (any worker, `herald recover`), graceful shutdown",
-        "A claim whose lease expired before T4: nothing can have been sent, so back to "
-        "pending; failed ('poison') when `claims` reached `max_claims`. Shutdown gives unstarted "
-        "claims back the same way, without counting the claim.",
+        "recovery (any worker's loop, `herald recover`)",
+        "A claim whose lease expired before T4: nothing can have been sent, so back to pending.",
+    ),
+    "R1p": (
+        "recovery",
+        "An expired claim of a job whose `claims` reached `max_claims` ('poison': it keeps "
+        "killing its workers): failed.",
     ),
     "R2": (
         "recovery",
@@ -81,186 +110,178 @@ _NOTES: dict[str, tuple[str, str]] = {
     ),
     "R3": (
         "recovery",
-        "Nothing left to spend (`send_attempts` or `claims` exhausted): a dead letter with its "
-        "full journal.",
+        "A pending job with nothing left to spend (`send_attempts` or `claims` exhausted): a "
+        "dead letter with its full journal.",
     ),
-    "T9": (
-        "operator (`herald in-doubt resolve`)",
-        "An explicit decision recorded with who and why: `--as sent`, `--as failed`, or "
-        "`--resend` (re-armed with one more transmission). Today recovery's automatic resend "
-        "of a webhook step with `in_doubt: resend` also journals `in_doubt → pending` and is "
-        "allowed only by this edge.",
+    "R4": (
+        "recovery",
+        "Automatic resend by channel policy: an `in_doubt` webhook job with `in_doubt: resend` "
+        "(the receiver dedupes on Idempotency-Key), attempts left, not superseded. Never email.",
+    ),
+    "T9s": (
+        "operator (`herald in-doubt resolve --as sent`)",
+        "The operator checked downstream that the message arrived; recorded with who and why.",
+    ),
+    "T9r": (
+        "operator (`herald in-doubt resolve --resend`)",
+        "The operator accepts a possible duplicate: re-armed with one more transmission.",
+    ),
+    "T9f": (
+        "operator (`herald in-doubt resolve --as failed`)",
+        "The operator checked that the message did not arrive, and does not want it resent.",
     ),
     "T10": (
-        "campaign control (`herald cancel`)",
+        "operator (`herald cancel`)",
         "Everything not yet past T4 is cancelled; a job already sending goes out.",
     ),
-    "dead retry": (
+    "D1": (
         "operator (`herald dead retry`)",
         "A dead letter is re-armed with fresh attempt and claim budgets, due now.",
     ),
     "T11": (
-        "`herald launch --force-new-version`",
+        "scheduler (`herald launch --force-new-version`)",
         "The new version removed this key: pending and claimed jobs are cancelled "
         "('superseded'); a claim is fenced because its T4 needs state `claimed`.",
     ),
     "T12": (
-        "`herald launch --force-new-version`",
+        "scheduler (`herald launch --force-new-version`)",
         "The new version changed this key's content: a claim is released so the job goes out "
         "with the new content.",
     ),
     "T13": (
-        "`herald launch --force-new-version`",
+        "scheduler (`herald launch --force-new-version`)",
         "A key an earlier version removed is back: the cancelled job is re-armed with the new "
         "content.",
     ),
 }
 
-_CODE = re.compile(r"[TR]\d+")
-
 
 @dataclass(frozen=True)
-class Transition:
+class Documented:
     """One transition as documented: states by value, ``()`` as sources meaning "no row yet"."""
 
+    code: str
     name: str
     sources: tuple[str, ...]
-    targets: tuple[str, ...]
-    by: str
+    target: str
+    actor: str
+    who: str
     why: str
 
-
-def _first(entry: object, *names: str) -> Any:
-    for name in names:
-        value = getattr(entry, name, None)
-        if value is not None:
-            return value
-    return None
+    @property
+    def label(self) -> str:
+        return f"{self.code} {self.name}"
 
 
-def _ordered(values: Iterable[Any]) -> tuple[str, ...]:
+def _ordered(values: Iterable[states.State]) -> tuple[str, ...]:
     """State values in the enum's declaration order (sets have none of their own)."""
-    order = {state.value: index for index, state in enumerate(states.State)}
-    found = {str(getattr(v, "value", v)) for v in values if v is not None}
-    return tuple(sorted(found, key=lambda value: order.get(value, len(order))))
+    order = {state: index for index, state in enumerate(states.State)}
+    return tuple(s.value for s in sorted(set(values), key=order.__getitem__))
 
 
-def _as_states(value: Any) -> Iterable[Any]:
-    if value is None:
-        return ()
-    if isinstance(value, str | states.State):
-        return (value,)
-    return tuple(value)
+def documented(
+    machine: Sequence[states.Transition] | None = None,
+    notes: dict[str, tuple[str, str]] | None = None,
+) -> list[Documented]:
+    """The transitions of ``machine`` (default ``dispatch.states.MACHINE``), in its order, each
+    with its "who" and "why" from ``notes`` (default ``NOTES``).
 
-
-def transitions_from_table(table: Any = None) -> list[Transition]:
-    """The table of ``dispatch.states`` as a list of documented transitions, in table order.
-
-    The shape read today: ``{name: (frozenset(sources), frozenset(targets))}``. Also accepted,
-    so a restructured table needs no change here: a mapping of name to an object with
-    ``sources``/``targets`` (or ``source``/``target``) attributes, or an iterable of objects
-    that also carry ``name``. A ``None`` source, or no sources, is "no row yet".
+    Raises ``LookupError`` for a transition without a code, a name or a note, and for a note
+    whose code is not in the machine.
     """
-    table = states.TRANSITIONS if table is None else table
-    items: list[tuple[str, Any]]
-    if isinstance(table, Mapping):
-        items = [(str(name), entry) for name, entry in table.items()]
-    else:
-        items = [(str(entry.name), entry) for entry in table]
+    machine = states.MACHINE if machine is None else machine
+    notes = NOTES if notes is None else notes
     result = []
-    for name, entry in items:
-        if isinstance(entry, tuple) and len(entry) == 2:
-            sources, targets = entry
-        else:
-            sources = _first(entry, "sources", "source", "from_states")
-            targets = _first(entry, "targets", "target", "to_states")
-        by = _first(entry, "by", "actor", "who")
-        why = _first(entry, "why", "reason", "doc")
-        code = _code(name)
-        if (by is None or why is None) and code in _NOTES:
-            by = by if by is not None else _NOTES[code][0]
-            why = why if why is not None else _NOTES[code][1]
-        if by is None or why is None:
+    for t in machine:
+        if not t.code.strip() or not t.name.strip():
+            raise LookupError(f"transition {t!r} has no code or no name in dispatch/states.py")
+        note = notes.get(t.code)
+        if note is None or not all(part.strip() for part in note):
             raise LookupError(
-                f"transition {name!r} has no 'who'/'why': add them to its entry in "
-                f"dispatch/states.py or to _NOTES in tools/states_doc.py"
+                f"transition {t.label!r} has no 'who'/'why': add them to NOTES in "
+                f"tools/states_doc.py"
             )
+        who, why = note
         result.append(
-            Transition(name, _ordered(_as_states(sources)), _ordered(_as_states(targets)), by, why)
+            Documented(t.code, t.name, _ordered(t.sources), t.target.value, t.actor.value, who, why)
         )
+    codes = [t.code for t in machine]
+    duplicated = sorted({code for code in codes if codes.count(code) > 1})
+    if duplicated:
+        raise LookupError(f"transition codes used twice: {', '.join(duplicated)}")
+    stale = sorted(set(notes) - set(codes))
+    if stale:
+        raise LookupError(f"NOTES in tools/states_doc.py has no transition for: {', '.join(stale)}")
     return result
 
 
-def edges(transitions: Iterable[Transition]) -> dict[tuple[str, str], list[str]]:
-    """(from, to) -> names of the transitions that allow it; ``NEW`` as from for creation."""
+def edges(transitions: Iterable[Documented]) -> dict[tuple[str, str], list[str]]:
+    """(from, to) -> codes of the transitions that allow it; ``NEW`` as from for creation."""
     found: dict[tuple[str, str], list[str]] = {}
     for t in transitions:
         for source in t.sources or (NEW,):
-            for target in t.targets:
-                found.setdefault((source, target), []).append(t.name)
+            found.setdefault((source, t.target), []).append(t.code)
     return found
 
 
-def _code(name: str) -> str:
-    """``T4`` for "T4 start send"; a name without a code ("dead retry") stands for itself."""
-    first = name.split()[0]
-    return first if _CODE.fullmatch(first) else name
-
-
-def _label(names: list[str]) -> str:
-    # Mermaid labels cannot hold ':'; codes keep the diagram readable, the table has the rest.
-    return ", ".join(_code(name) for name in names)
-
-
-def render(table: Any = None) -> str:
-    transitions = transitions_from_table(table)
+def render(
+    machine: Sequence[states.Transition] | None = None,
+    notes: dict[str, tuple[str, str]] | None = None,
+) -> str:
+    transitions = documented(machine, notes)
     allowed = edges(transitions)
-    terminal = _ordered(getattr(states, "TERMINAL", ()))
-    leased = _ordered(getattr(states, "LEASED", ()))
+    terminal = _ordered(states.TERMINAL)
+    leased = _ordered(states.LEASED)
     lines = [
         "<!-- GENERATED from dispatch/states.py by `python -m tools.states_doc`: do not edit. -->",
         "",
         "# The send-job state machine",
         "",
-        "Generated from the transition table in `dispatch/states.py`, the single source the",
-        "tests check every job's journal against (`is_valid_path`). A change to the table",
-        "without regenerating this file fails `tests/test_docs.py`. The reasoning behind it is",
-        "in [design.md §4–§5](design.md#4-the-state-machine).",
+        "Generated from `dispatch.states.MACHINE`, the single definition the outbox executes:",
+        "every store operation declares the transitions it performs (`@performs`) and takes its",
+        "SQL guard and its journal rows' from/to from them, and the tests check every job's",
+        "journal against it (`is_valid_path`). A change to the machine without regenerating this",
+        "file fails `tests/unit/test_docs.py`. The reasoning behind it is in",
+        "[design.md §4–§5](design.md#4-the-state-machine).",
         "",
         "States: " + ", ".join(f"`{s.value}`" for s in states.State) + ".",
         "",
+        "At rest (terminal at quiescence): "
+        + ", ".join(f"`{s}`" for s in terminal)
+        + ". `in_doubt` stays there until an operator acts, or R4 (a webhook's"
+        " `in_doubt: resend` policy).",
+        "A worker holds a lease in: " + ", ".join(f"`{s}`" for s in leased) + ".",
+        "",
+        "## Diagram",
+        "",
+        "```mermaid",
+        "stateDiagram-v2",
     ]
-    if terminal:
-        lines.append(
-            "At rest (terminal at quiescence): "
-            + ", ".join(f"`{s}`" for s in terminal)
-            + ". `in_doubt` stays there until an operator (or a webhook's `in_doubt: resend`"
-            " policy) acts."
-        )
-    if leased:
-        lines.append("A worker holds a lease in: " + ", ".join(f"`{s}`" for s in leased) + ".")
-    lines += ["", "## Diagram", "", "```mermaid", "stateDiagram-v2"]
-    for (source, target), names in allowed.items():
+    for (source, target), codes in allowed.items():
         start = "[*]" if source == NEW else source
-        lines.append(f"    {start} --> {target}: {_label(names)}")
-    if terminal:
-        lines.append("    classDef rest font-weight:bold,stroke-width:3px")
-        lines.append(f"    class {','.join(terminal)} rest")
+        # Mermaid labels cannot hold ':'; codes keep the diagram readable, the table has the rest.
+        lines.append(f"    {start} --> {target}: {', '.join(codes)}")
+    lines.append("    classDef rest font-weight:bold,stroke-width:3px")
+    lines.append(f"    class {','.join(terminal)} rest")
     lines += ["```", "", "## Transitions", ""]
-    lines.append("| transition | from | to | who performs it | why |")
-    lines.append("|---|---|---|---|---|")
+    lines.append("One row per `Transition` in `dispatch.states.T`, each with one target state.")
+    lines.append("")
+    lines.append("| transition | from | to | actor | who performs it | why |")
+    lines.append("|---|---|---|---|---|---|")
     for t in transitions:
         source = ", ".join(f"`{s}`" for s in t.sources) or NEW
-        target = ", ".join(f"`{s}`" for s in t.targets)
-        lines.append(f"| **{t.name}** | {source} | {target} | {_cell(t.by)} | {_cell(t.why)} |")
+        lines.append(
+            f"| **{t.code}** {_cell(t.name)} | {source} | `{t.target}` | {t.actor} "
+            f"| {_cell(t.who)} | {_cell(t.why)} |"
+        )
     lines += ["", "## Allowed edges", ""]
     lines.append("Every `(from, to)` pair a journal may contain, and the transitions allowing it.")
     lines.append("")
     lines.append("| from | to | allowed by |")
     lines.append("|---|---|---|")
-    for (source, target), names in allowed.items():
+    for (source, target), codes in allowed.items():
         shown = NEW if source == NEW else f"`{source}`"
-        lines.append(f"| {shown} | `{target}` | {', '.join(names)} |")
+        lines.append(f"| {shown} | `{target}` | {', '.join(codes)} |")
     lines.append("")
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """The documentation in ``docs/`` cannot drift from the code.
 
 - ``docs/states.md`` is exactly what ``tools.states_doc`` renders from ``dispatch/states.py``;
-- every edge the state machine allows is in it, and a transition without "who"/"why" is refused;
+- every edge the state machine allows is in it, and a transition without a name, or without
+  "who"/"why", is refused;
 - every ``DESIGN §N`` / ``docs/design.md §N`` reference in the code names a section that exists;
 - every module, class and function the tour names exists;
 - every relative link in the docs, README and CHANGELOG points to a file that exists.
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from pathlib import Path
@@ -21,10 +23,10 @@ from tools import states_doc
 # The repository root, wherever under tests/ this file lives.
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = ROOT / "docs"
-PACKAGES = ("herald", "campaigns", "scheduler", "dispatch", "templates")
+PACKAGES = ("herald", "campaigns", "scheduler", "dispatch", "templates", "dbtypes", "tools")
 
 
-def test_states_md_is_generated_from_the_table() -> None:
+def test_states_md_is_generated_from_the_machine() -> None:
     committed = (DOCS / "states.md").read_text(encoding="utf-8")
     assert committed == states_doc.render(), (
         "docs/states.md is out of date with dispatch/states.py: run "
@@ -35,9 +37,10 @@ def test_states_md_is_generated_from_the_table() -> None:
 def test_every_allowed_edge_is_documented() -> None:
     documented = {
         (None if source == states_doc.NEW else states.State(source), states.State(target))
-        for source, target in states_doc.edges(states_doc.transitions_from_table())
+        for source, target in states_doc.edges(states_doc.documented())
     }
     assert documented == set(states.allowed_edges())
+    assert [t.code for t in states_doc.documented()] == [t.code for t in states.MACHINE]
 
 
 def test_the_check_mode_fails_on_a_stale_file(tmp_path: Path) -> None:
@@ -48,11 +51,34 @@ def test_the_check_mode_fails_on_a_stale_file(tmp_path: Path) -> None:
     assert states_doc.main(["--check", "--output", str(stale)]) == 0
 
 
+_UNDOCUMENTED = states.Transition(
+    "X1",
+    "undocumented",
+    frozenset({states.State.SENT}),
+    states.State.FAILED,
+    states.ActorKind.WORKER,
+)
+
+
 def test_a_transition_without_who_and_why_is_refused() -> None:
-    table = dict(states.TRANSITIONS)
-    table["X1 undocumented"] = (frozenset({states.State.SENT}), frozenset({states.State.FAILED}))
     with pytest.raises(LookupError, match="X1 undocumented"):
-        states_doc.render(table)
+        states_doc.render((*states.MACHINE, _UNDOCUMENTED))
+    blank = {**states_doc.NOTES, "X1": ("worker", " ")}
+    with pytest.raises(LookupError, match="X1 undocumented"):
+        states_doc.render((*states.MACHINE, _UNDOCUMENTED), blank)
+
+
+def test_a_transition_without_a_name_is_refused() -> None:
+    nameless = dataclasses.replace(_UNDOCUMENTED, name="")
+    notes = {**states_doc.NOTES, "X1": ("worker", "a reason")}
+    with pytest.raises(LookupError, match="no code or no name"):
+        states_doc.render((*states.MACHINE, nameless), notes)
+
+
+def test_a_note_without_a_transition_is_refused() -> None:
+    notes = {**states_doc.NOTES, "X1": ("worker", "a reason")}
+    with pytest.raises(LookupError, match="X1"):
+        states_doc.render(states.MACHINE, notes)
 
 
 def _design_sections() -> set[str]:
@@ -93,7 +119,7 @@ def _resolves(dotted: str) -> bool:
 @pytest.mark.parametrize("page", ["tour.md", "design.md", "contributing.md", "operating.md"])
 def test_every_name_the_docs_cite_exists(page: str) -> None:
     text = (DOCS / page).read_text(encoding="utf-8")
-    packages = "|".join(PACKAGES)
+    packages = "|".join((*PACKAGES, "tests"))
     pattern = rf"`((?:{packages})(?:\.\w+)+)(?:\(\))?`"
     names = sorted(set(re.findall(pattern, text)))
     if page == "tour.md":
