@@ -156,7 +156,7 @@ class StepSpec(BaseModel):
     html: str | None = None
     after: Delay = timedelta(0)
     channel: Literal["email"] = "email"
-    # Only 'hold' for email: an SMTP server cannot deduplicate a resend (DESIGN §5).
+    # Only 'hold' for email: an SMTP server cannot deduplicate a resend (docs/design.md §5).
     in_doubt: str = "hold"
 
     @field_validator("id")

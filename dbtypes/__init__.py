@@ -1,8 +1,8 @@
 """Column types and clock expressions that behave the same on SQLite and PostgreSQL.
 
-Leases are compared on the *database* clock (DESIGN §4), so "now" is an SQL expression, never a
-Python value. PostgreSQL stores ``timestamptz`` and uses ``now()``. SQLite has no date type, so we
-store UTC epoch seconds as REAL: numeric comparison is exact and cheap, and
+Leases are compared on the *database* clock (docs/design.md §4), so "now" is an SQL expression,
+never a Python value. PostgreSQL stores ``timestamptz`` and uses ``now()``. SQLite has no date
+type, so we store UTC epoch seconds as REAL: numeric comparison is exact and cheap, and
 ``julianday('now')`` gives millisecond resolution from the same clock every process on the host
 shares.
 

@@ -1,4 +1,4 @@
-"""Idempotency keys and Message-IDs (DESIGN §1).
+"""Idempotency keys and Message-IDs (docs/design.md §1).
 
 The key is a hash over the canonical tuple, so the same logical message always gets the same key
 and the same Message-ID, on every attempt and from every scheduler process.

@@ -1,4 +1,4 @@
-"""Outbox tables: send_job, send_event, suppression (DESIGN §3).
+"""Outbox tables: send_job, send_event, suppression (docs/design.md §3).
 
 The worker needs nothing but the send_job row: the payload is rendered at materialisation time.
 Schema changes go through an Alembic migration in ``herald/migrations``; these models are what

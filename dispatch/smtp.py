@@ -1,4 +1,4 @@
-"""SMTP transport on aiosmtplib's low-level commands (DESIGN §6).
+"""SMTP transport on aiosmtplib's low-level commands (docs/design.md §6).
 
 One recipient per SMTP transaction, so the single DATA reply maps to exactly one job.
 ``prepare`` = connect/EHLO/STARTTLS/AUTH/MAIL/RCPT: nothing can be delivered by these, so any

@@ -5,7 +5,7 @@ JSON text, ``headers`` are as the campaign wrote them, ``${ENV}`` references inc
 references are resolved here, at send time, so no secret is ever stored. Every request carries
 ``Idempotency-Key: <K>``, the job's key, so a receiver can deduplicate a resend.
 
-How outcomes map onto the state machine (DESIGN §4), mirroring the SMTP window (§6):
+How outcomes map onto the state machine (docs/design.md §4), mirroring the SMTP window (§6):
 
 - ``prepare``: decode the payload, check the URL against the policy and resolve it (no bytes
   sent). A policy denial is permanent (failed, naming the rule); a DNS failure, or a variable

@@ -1,4 +1,4 @@
-"""Settings from the environment (DESIGN §9); every one is also a CLI option.
+"""Settings from the environment (docs/design.md §9); every one is also a CLI option.
 
 Parsing a setting is the one place a malformed value becomes a ``ConfigError``: one line that
 names the setting and shows its URL redacted (``dispatch.egress.redact``), plus a hint; never a

@@ -126,7 +126,7 @@ def compose_job(
             key=key,
             date=not_before,
         )
-        in_doubt_policy = "hold"  # email is never resent automatically (DESIGN §5)
+        in_doubt_policy = "hold"  # email is never resent automatically (docs/design.md §5)
     return NewJob(
         key=key,
         key_tuple=key_tuple.canonical(),

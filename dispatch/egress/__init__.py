@@ -1,4 +1,4 @@
-"""The egress guard (DESIGN §8): the one way Herald makes an outbound HTTP request.
+"""The egress guard (docs/design.md §8): the one way Herald makes an outbound HTTP request.
 
 Audience URLs and webhook targets are chosen by users, so every request could be aimed at the
 inside of our own network (server-side request forgery). The guard works in three layers:

@@ -102,7 +102,7 @@ class EgressClient:
 
         ``on_request_sent`` is called once a complete request is on the wire. A caller whose
         request has effects (a webhook) uses it to tell a failure that happened before the
-        receiver could have acted from one after (DESIGN §6, the SMTP final-dot window).
+        receiver could have acted from one after (docs/design.md §6, the SMTP final-dot window).
         """
         hops = self._policy.max_redirects if max_redirects is None else max_redirects
         extensions = {} if on_request_sent is None else {"trace": _sent_tracer(on_request_sent)}

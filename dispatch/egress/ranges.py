@@ -1,4 +1,5 @@
-"""The address table of the egress guard (DESIGN §8): which IP addresses count as public unicast.
+"""The address table of the egress guard (docs/design.md §8): which IP addresses count as public
+unicast.
 
 The table is our own on purpose. ``ipaddress.is_global`` / ``is_private`` changed meaning between
 Python releases (CVE-2024-4032, gh-117566) and, on 3.11, call ``224.0.0.1``, ``fec0::1``,
