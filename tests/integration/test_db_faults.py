@@ -1,4 +1,4 @@
-"""Database faults around the point of no return (DESIGN §6, issue 3 item 4).
+"""Database faults around the point of no return (docs/design.md §6, issue 3 item 4).
 
 A T4 commit whose outcome is unknown never leads to a send before the row is re-read; a
 completion write that fails is retried while the lease lasts.

@@ -1,5 +1,5 @@
 """Operator commands through the real CLI: ``herald recover``, ``herald in-doubt list|resolve``
-and ``herald dead list|retry`` (DESIGN §4 R1–R3, T9, dead retry; §5; §9).
+and ``herald dead list|retry`` (docs/design.md §4 R1–R3, T9, dead retry; §5; §9).
 
 Jobs are put into each state directly with ``OutboxStore`` (as in ``test_fencing``); leases are
 expired with an UPDATE. Every test runs on SQLite and PostgreSQL via the ``db_url`` fixture.
