@@ -239,7 +239,10 @@ def _display_phrase(display_name: str, *, room: int) -> str:
     adjacent encoded words, so the name reads back exactly and can never be decoded into
     something else. The caller has refused control characters.
     """
-    if display_name.isascii() and "=?" not in display_name:
+    # A word longer than a line's room could not be folded, and the header would pass 998
+    # octets: such a name is encoded too, since encoded words can be split anywhere.
+    foldable = max((len(word) for word in display_name.split()), default=0) <= room
+    if display_name.isascii() and "=?" not in display_name and foldable:
         if RFC5322_SPECIALS.isdisjoint(display_name) and _ATOMS.fullmatch(display_name):
             return display_name
         return '"' + display_name.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -121,6 +121,15 @@ def _as_sent(text: str) -> str:
     text="t",
     html="<p>h</p>",
 )
+@example(  # one ASCII word too long to fold: found by this test, now encoded
+    subject="",
+    recipient_name="y" * 1200,
+    sender_name="x" * 1000,
+    recipient="ada@example.org",
+    reply_to=None,
+    text="",
+    html=None,
+)
 def test_data_is_refused_or_arrives_intact(
     subject: str,
     recipient_name: str | None,
