@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 
 from dispatch.egress import EgressPolicy
+from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.smtp import SmtpTransport
 from dispatch.transport import Transport
 from dispatch.webhook import WebhookTransport
@@ -14,7 +15,10 @@ from herald.settings import parse_smtp_url
 
 
 def build_transports(
-    smtp_url: str, environ: Mapping[str, str] | None = None
+    smtp_url: str,
+    environ: Mapping[str, str] | None = None,
+    *,
+    instrumentation: Instrumentation = NULL_INSTRUMENTATION,
 ) -> dict[str, Transport]:
     """Email over SMTP; webhooks through the egress guard.
 
@@ -27,6 +31,6 @@ def build_transports(
     except ValueError as exc:
         raise ConfigError(f"invalid egress setting: {exc}") from exc
     return {
-        "email": SmtpTransport(parse_smtp_url(smtp_url)),
-        "webhook": WebhookTransport(policy, environ=env),
+        "email": SmtpTransport(parse_smtp_url(smtp_url), instrumentation=instrumentation),
+        "webhook": WebhookTransport(policy, environ=env, instrumentation=instrumentation),
     }

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
+from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.store import OutboxStore
 from dispatch.transport import TransportConfigError
 from dispatch.worker import Worker, WorkerConfig, WorkerReport
 from herald.errors import ConfigError
@@ -49,9 +51,18 @@ def build_worker(
     options: WorkerOptions,
     *,
     environ: Mapping[str, str] | None = None,
+    instrumentation: Instrumentation = NULL_INSTRUMENTATION,
+    store: OutboxStore | None = None,
 ) -> Worker:
-    """A worker with the email and webhook transports; ConfigError for a bad setting."""
-    return Worker(engine, build_transports(smtp_url, environ), options.config())
+    """A worker with the email and webhook transports; ConfigError for a bad setting.
+
+    ``instrumentation`` and ``store`` are the seams the chaos suite's worker
+    (tests/chaos/worker.py) uses to add crash points or a naive store; the CLI passes neither.
+    """
+    transports = build_transports(smtp_url, environ, instrumentation=instrumentation)
+    return Worker(
+        engine, transports, options.config(), instrumentation=instrumentation, store=store
+    )
 
 
 def run_worker(

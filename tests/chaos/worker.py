@@ -12,22 +12,17 @@ neither, and no environment variable that changes what a worker does.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import signal
 import sys
 
-from dispatch.egress import EgressPolicy
 from dispatch.instrumentation import Instrumentation, NullInstrumentation
-from dispatch.smtp import SmtpTransport
-from dispatch.store import OutboxStore
-from dispatch.transport import Transport
-from dispatch.webhook import WebhookTransport
-from dispatch.worker import Worker, WorkerConfig, WorkerReport
+from dispatch.worker import Worker
+from herald.app import worker as herald_worker
+from herald.app.worker import WorkerOptions
 from herald.db import create_engine
 from herald.schema import ensure_schema
-from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL, parse_smtp_url
+from herald.settings import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from tests.chaos.instruments import (
     CrashInstrumentation,
     CrashPointError,
@@ -65,54 +60,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_worker(args: argparse.Namespace) -> Worker:
     engine = create_engine(args.database_url)
     ensure_schema(engine)
+    options = WorkerOptions(
+        concurrency=args.concurrency,
+        lease=args.lease,
+        recovery_interval=args.recovery_interval,
+        shutdown_grace=args.shutdown_grace,
+        until_idle=args.until_idle,
+        idle_horizon=args.idle_horizon,
+        retry_base=args.retry_base,
+        poll=args.poll,
+    )
     instrumentation: Instrumentation = (
         NullInstrumentation() if args.crash_at is None else CrashInstrumentation(args.crash_at)
     )
-    transports: dict[str, Transport] = {
-        "email": SmtpTransport(parse_smtp_url(args.smtp_url), instrumentation=instrumentation),
-        "webhook": WebhookTransport(
-            EgressPolicy.from_env(os.environ), instrumentation=instrumentation
-        ),
-    }
-    config = WorkerConfig(
-        concurrency=args.concurrency,
-        lease_seconds=args.lease,
-        t4_margin_seconds=min(10.0, args.lease / 4),
-        until_idle=args.until_idle,
-        idle_horizon_seconds=args.idle_horizon,
-        retry_base_seconds=args.retry_base,
-        poll_interval=args.poll,
-        recovery_interval=args.recovery_interval,
-        shutdown_grace_seconds=args.shutdown_grace,
-    )
-    store = OutboxStore(engine.dialect.name)
+    store = None
     if args.unguarded_t4:
         sys.stderr.write("TEST MODE: T4 guards are OFF; duplicates are possible\n")
         store = UnguardedStore(engine.dialect.name)
-    return Worker(engine, transports, config, instrumentation=instrumentation, store=store)
-
-
-async def run(worker: Worker) -> WorkerReport:
-    """As ``herald worker``: the first SIGTERM/SIGINT stops gracefully, the second at once."""
-    loop = asyncio.get_running_loop()
-    signals_seen = 0
-
-    def on_signal() -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen == 1:
-            worker.stop()
-        else:
-            os._exit(130)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
-    return await worker.run()
+    return herald_worker.build_worker(
+        engine, args.smtp_url, options, instrumentation=instrumentation, store=store
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    report = asyncio.run(run(build_worker(args)))
+    report = herald_worker.run_worker(build_worker(args), handle_signals=True)
     if args.as_json:
         print(json.dumps(report.as_dict()))
     else:
