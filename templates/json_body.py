@@ -50,7 +50,7 @@ class JsonBodyTemplate:
     def compile(cls, body: JsonValue, *, base_dir: Path, name: str = "body") -> JsonBodyTemplate:
         """Compile every text leaf; raises TemplateError naming the leaf, e.g. body.user.name."""
         loader = _HeraldLoader(base_dir)
-        environment = _make_environment(loader)
+        environment = _make_environment(loader, autoescape=False)  # JSON, not HTML
         return cls(_compile_node(environment, body, name), loader)
 
     def render(self, variables: Mapping[str, object]) -> str:

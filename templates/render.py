@@ -11,9 +11,12 @@ expressions while compiling it.
 
 Jinja settings a template author should know about:
 
-- HTML (``.html``/``.htm``/``.xhtml`` files in any letter case, and inline ``html``) is
-  autoescaped; text and subject are not. One function, is_html_template, makes both decisions
-  (escape it, send it as the HTML part), so they cannot disagree.
+- The HTML part is autoescaped, everything it includes, imports or extends too (a ``.txt``
+  partial included from HTML escapes like the rest of the HTML); text and subject are not.
+  Escaping is decided by the part being rendered, not by each file's name: the HTML part and the
+  other parts are compiled in two environments, one escaping everything and one nothing. Which
+  part a body file is (``.html``/``.htm``/``.xhtml`` in any letter case) is decided by one
+  function, is_html_template.
 - ``trim_blocks`` and ``lstrip_blocks`` are on, so block tags on their own line leave no blank
   lines or indentation behind; this matters most in text bodies.
 - ``None`` prints as an empty string, so an optional field that is present but empty does not
@@ -125,16 +128,17 @@ class StepTemplate:
             raise TemplateError("the step has no body: give text, html or a template file")
 
         loader = _HeraldLoader(base_dir)
-        environment = _make_environment(loader, limits)
-        compiled: dict[Part, Template] = {
-            "subject": _compile_inline(environment, "subject", subject)
-        }
+        plain = _make_environment(loader, limits, autoescape=False)
+        markup = _make_environment(loader, limits, autoescape=True)
+        compiled: dict[Part, Template] = {"subject": _compile_inline(plain, "subject", subject)}
         if text is not None:
-            compiled["text"] = _compile_inline(environment, "text", text)
+            compiled["text"] = _compile_inline(plain, "text", text)
         if html is not None:
-            compiled["html"] = _compile_inline(environment, "html", html)
+            compiled["html"] = _compile_inline(markup, "html", html)
         if template is not None:
-            compiled[_body_part_of(template)] = _compile_file(environment, loader, template)
+            part = _body_part_of(template)
+            environment = markup if part == "html" else plain
+            compiled[part] = _compile_file(environment, loader, template)
         return cls(
             subject=compiled["subject"],
             text=compiled.get("text"),
@@ -271,12 +275,14 @@ class _HeraldLoader(BaseLoader):
         return str(self.base_dir / name)
 
 
-def _make_environment(loader: _HeraldLoader, limits: RenderLimits | None = None) -> _HeraldSandbox:
+def _make_environment(
+    loader: _HeraldLoader, limits: RenderLimits | None = None, *, autoescape: bool
+) -> _HeraldSandbox:
     return _HeraldSandbox(
         limits=limits or RenderLimits(),
         loader=loader,
         undefined=_HeraldUndefined,
-        autoescape=is_html_template,
+        autoescape=autoescape,
         finalize=finalize,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -288,10 +294,11 @@ def _make_environment(loader: _HeraldLoader, limits: RenderLimits | None = None)
 
 
 def is_html_template(name: str | None) -> bool:
-    """Whether the template ``name`` is HTML: autoescaped, and sent as the HTML part.
+    """Whether the template ``name`` is HTML, i.e. the body file of the HTML part (compiled in
+    the escaping environment).
 
-    Both decisions come from here: an upper-case ``welcome.HTML`` was once sent as HTML but
-    rendered unescaped, because each decision compared suffixes its own way.
+    An upper-case ``welcome.HTML`` was once sent as HTML but rendered unescaped, because the
+    two decisions compared suffixes each its own way; now escaping follows the part.
     """
     if name is None:
         return False

@@ -110,3 +110,18 @@ def test_an_upper_case_suffix_is_escaped_on_the_wire(
     html = html_part.get_content()
     assert ESCAPED in html
     assert PAYLOAD not in html
+
+
+def test_escaping_follows_the_part_not_the_file_name(tmp_path: Path) -> None:
+    """A .txt partial included from the HTML body escapes like the rest of the HTML; an .html
+    partial included from the text body does not (text is not HTML)."""
+    (tmp_path / "name.txt").write_text("{{ name }}")
+    (tmp_path / "card.html").write_text("<b>{{ name }}</b>")
+    (tmp_path / "body.html").write_text("<p>{% include 'name.txt' %}</p>")
+    (tmp_path / "body.txt").write_text("{% include 'card.html' %}")
+    html = StepTemplate.compile(base_dir=tmp_path, subject="{{ name }}", template="body.html")
+    content = html.render({"name": PAYLOAD})
+    assert content.html == f"<p>{ESCAPED}</p>"
+    assert content.subject == PAYLOAD  # a header: encoded by the MIME builder, never escaped
+    text = StepTemplate.compile(base_dir=tmp_path, subject="s", template="body.txt")
+    assert text.render({"name": PAYLOAD}).text == f"<b>{PAYLOAD}</b>"
