@@ -30,6 +30,12 @@ campaign_table = sa.Table(
     sa.Column("status", sa.String(16), nullable=False, default="active"),
     # The launch occurrence: fixed at first launch so relaunching yields the same keys.
     sa.Column("launched_at", UtcTimestamp(), nullable=False),
+    # The YAML as launched (resolved path): a scheduler re-reads audience and templates there.
+    sa.Column("source_path", sa.Text, nullable=True),
+    # launch | start_at | schedule | enrollment (None: launched before triggers existed = launch)
+    sa.Column("trigger", sa.String(16), nullable=True),
+    # Why the scheduler cannot fire this campaign now (shown by `herald status`), or None.
+    sa.Column("scheduler_note", sa.Text, nullable=True),
     sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
     sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
 )

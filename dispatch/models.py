@@ -49,6 +49,9 @@ send_job = sa.Table(
     sa.Column("payload_hash", sa.String(64), nullable=False),
     sa.Column("state", sa.String(16), nullable=False, default="pending"),
     _ts("not_before", nullable=False),
+    # The job's send window (dispatch.wallclock.SendWindow.to_json), or None: the worker
+    # re-checks it at claim and hands a job outside it back until the window opens.
+    sa.Column("send_window", sa.Text, nullable=True),
     sa.Column("claims", sa.Integer, nullable=False, default=0),
     sa.Column("max_claims", sa.Integer, nullable=False),
     sa.Column("send_attempts", sa.Integer, nullable=False, default=0),

@@ -67,3 +67,49 @@ audience_snapshot_table = sa.Table(
     sa.Column("variables", sa.Text),  # JSON object
     sa.Column("problem", sa.Text),  # set for rejects
 )
+
+
+# One fire of a campaign's recurring or one-shot trigger, decided exactly once: UNIQUE(campaign,
+# nominal_at) lets any number of schedulers insert the same fire with ON CONFLICT DO NOTHING.
+# state: due (to be fanned out), done (fanned out), skipped (by the catch-up policy; ``reason``).
+# The newest nominal_at of a campaign is its cursor.
+trigger_fire_table = sa.Table(
+    "trigger_fire",
+    metadata,
+    sa.Column("id", big_id(), primary_key=True),
+    sa.Column("campaign", sa.String(128), nullable=False),
+    sa.Column("nominal_at", UtcTimestamp(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text),
+    sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
+    sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
+    sa.UniqueConstraint("campaign", "nominal_at", name="uq_trigger_fire"),
+    sa.Index("ix_trigger_fire_state", "campaign", "state"),
+)
+
+
+# One recipient's drip: steps count from *their* ``enrolled_at`` (whole seconds, part of every
+# key of the drip, so enrolling twice is a no-op). ``next_step`` is the index of the step still
+# to be materialised; state: active, left (left the audience), ended (suppressed, cancelled),
+# done (every step materialised and settled).
+enrollment_table = sa.Table(
+    "enrollment",
+    metadata,
+    sa.Column("id", big_id(), primary_key=True),
+    sa.Column("campaign", sa.String(128), nullable=False),
+    sa.Column("mailbox", sa.String(320), nullable=False),
+    sa.Column("rotation", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("recipient", sa.String(320), nullable=False),  # as written
+    sa.Column("name", sa.Text),
+    sa.Column("variables", sa.Text, nullable=False),  # JSON object of text
+    sa.Column("timezone", sa.String(64)),  # the recipient's IANA zone, if known
+    sa.Column("source", sa.String(16), nullable=False),  # cli | audience
+    sa.Column("enrolled_at", UtcTimestamp(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("next_step", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("ended_reason", sa.Text),
+    sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
+    sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
+    sa.UniqueConstraint("campaign", "mailbox", "rotation", name="uq_enrollment"),
+    sa.Index("ix_enrollment_state", "campaign", "state"),
+)
