@@ -13,10 +13,10 @@
         at: "09:00"                       # pin to a wall time, optionally on: [mon, thu]
         timezone: recipient               # or an IANA name; default the campaign's zone
 
-Cron expressions are croniter's (Vixie: when both day fields are restricted either may match;
-0 and 7 are Sunday), limited to five fields and to what every scheduler process computes alike
-(no random R or hashed H values). The models here only check and normalise; what fires when is
-the scheduler's business (scheduler.timing).
+Cron expressions are read by campaigns.cron, the scheduler's own reader (Vixie: when both day
+fields are restricted either may match; 0 and 7 are Sunday), limited to five fields and to what
+every scheduler process computes alike (no L, W, #, ?, random R or hashed H values). The models
+here only check and normalise; what fires when is the scheduler's business (scheduler.timing).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from datetime import datetime, time, timedelta
 from typing import Annotated, Literal
 
-from croniter import CroniterBadDateError, croniter
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -36,6 +35,7 @@ from pydantic import (
     model_validator,
 )
 
+from campaigns.cron import validate_cron
 from campaigns.durations import format_duration
 from campaigns.errors import excerpt
 from campaigns.spec_fields import Invalid, Problem, describe, located, parse_after
@@ -84,32 +84,6 @@ _CRON_NAMES = (*_CRON_MONTHS, "sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _YEARS_TO_FIRST_FIRE = 10
 
 
-def _check_cron_field(text: str, index: int) -> None:
-    name, allowed = _CRON_FIELDS[index]
-    letters = text.lower()
-    for word in _CRON_NAMES:
-        letters = letters.replace(word, "")
-    stray = {char for char in letters if char.isalpha()} - {"l", "w"}  # L(ast), W(eekday)
-    if stray & {"r", "h"}:
-        raise Invalid(
-            f"{name} field {excerpt(text)}: random (R) and hashed (H) values are not supported",
-            "every scheduler process must compute the same times; write the value itself",
-        )
-    probe = " ".join(text if position == index else "*" for position in range(5))
-    if stray or not croniter.is_valid(probe):
-        raise Invalid(f"invalid {name} field {excerpt(text)} in cron", f"allowed: {allowed}")
-
-
-def _fires_at_all(expression: str) -> bool:
-    try:
-        croniter(
-            expression, datetime(2001, 1, 1), max_years_between_matches=_YEARS_TO_FIRST_FIRE
-        ).get_next(datetime)
-    except CroniterBadDateError:
-        return False
-    return True
-
-
 def check_cron(value: object) -> str:
     """A 5-field cron expression croniter accepts, with its fields separated by single spaces."""
     if not isinstance(value, str):
@@ -130,21 +104,12 @@ def check_cron(value: object) -> str:
         if len(fields) == 6:
             hint = "Herald's cron has no seconds or years field; " + CRON_HINT
         raise Invalid(f"cron expression {excerpt(value)} has {len(fields)} fields, not 5", hint)
-    for index, text in enumerate(fields):
-        _check_cron_field(text, index)
     expression = " ".join(fields)
-    try:
-        valid = croniter.is_valid(expression)
-        fires = valid and _fires_at_all(expression)
-    except Exception:  # croniter parses user text: whatever it raises means "unusable"
-        valid = fires = False
-    if not valid:
-        raise Invalid(f"invalid cron expression {excerpt(value)}", CRON_HINT)
-    if not fires:
-        raise Invalid(
-            f"cron expression {excerpt(value)} never fires",
-            "no date matches it (e.g. day 30 of February)",
-        )
+    # One reader for the spec and the scheduler (campaigns.cron): what passes here is exactly
+    # what fires, and croniter's own, version-dependent readings never decide a schedule.
+    problem = validate_cron(expression)
+    if problem is not None:
+        raise Invalid(f"cron expression {excerpt(value)}: {problem}", CRON_HINT)
     return expression
 
 
