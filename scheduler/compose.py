@@ -134,7 +134,6 @@ def compose_job(
             content=step.template.render(variables),
             message_id=mid,
             key=key,
-            date=not_before,
         )
         in_doubt_policy = "hold"  # email is never resent automatically (docs/design.md §5)
     return NewJob(
