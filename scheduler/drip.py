@@ -174,7 +174,7 @@ def _compose(
 ) -> NewJob:
     row = item.row
     index = row.next_step
-    planned = planner.step(index, item.anchor, row.timezone, previous=None)
+    planned = planner.step(index, item.anchor, row.timezone)
     recipient = Recipient(row.recipient, row.name, dict(row.variables), 0)
     return compose_job(
         loaded,

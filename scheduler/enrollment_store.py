@@ -200,6 +200,18 @@ class EnrollmentStore:
         )
         return result.rowcount == 1
 
+    def repoint(
+        self, conn: sa.Connection, enrollment_id: int, from_step: int, to_step: int
+    ) -> bool:
+        """``next_step`` from ``from_step`` to ``to_step`` (a new campaign version changed the
+        steps); guarded like ``advance``."""
+        result = conn.execute(
+            sa.update(enrollment_table)
+            .where(E.id == enrollment_id, E.state == ACTIVE, E.next_step == from_step)
+            .values(next_step=to_step, updated_at=db_now())
+        )
+        return result.rowcount == 1
+
     def finish(
         self, conn: sa.Connection, enrollment_id: int, state: str, *, reason: str | None = None
     ) -> int | None:

@@ -107,3 +107,9 @@ class FireStore:
             )
         ).scalar_one_or_none()
         return found
+
+    def campaigns_with_due(self, conn: sa.Connection) -> set[str]:
+        """Campaigns with a fire decided ``due`` and not yet fanned out."""
+        return set(
+            conn.execute(sa.select(F.campaign).where(F.state == DUE).distinct()).scalars()
+        )

@@ -21,13 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from campaigns.spec import CampaignSpec, StepSpec, WebhookStepSpec
+from campaigns.spec import CampaignSpec
 from dispatch.wallclock import SendWindow, UnknownZone, zone
-from scheduler import timing
+from scheduler.timing import StepTiming, plan_chain
 
 RECIPIENT = "recipient"
 CAMPAIGN = "campaign"
-UTC_NAME = "UTC"
 
 
 @dataclass(frozen=True)
@@ -63,7 +62,7 @@ class Planner:
     def __init__(self, spec: CampaignSpec) -> None:
         self.spec = spec
         self.steps = list(spec.steps)
-        self.campaign_zone = spec.zone_name or UTC_NAME
+        self.campaign_zone = spec.zone_name
         self._chains: dict[tuple[datetime, str], list[Planned]] = {}
 
     def zone_for(self, wanted: str | None, recipient: str | None) -> str:
@@ -80,23 +79,20 @@ class Planner:
             return None
         return spec.window(self.zone_for(spec.timezone, recipient))
 
-    def step(
-        self, index: int, anchor: datetime, recipient: str | None, *, previous: datetime | None
-    ) -> Planned:
-        """Step ``index`` counted from ``anchor`` (its window applied). ``previous``: the
-        previous step's planned time, which a step is never planned before."""
+    def timing(self, index: int, recipient: str | None) -> StepTiming:
         step = self.steps[index]
-        window = self.window(recipient)
-        due = timing.plan_step(
-            anchor,
+        return StepTiming(
             after=step.after,
-            at=_at(step),
-            on=_on(step),
-            tz=zone(self.zone_for(_timezone(step), recipient)),
-            window=window,
+            at=step.at,
+            on=step.on,
+            zone=zone(self.zone_for(step.timezone, recipient)) if step.at is not None else None,
         )
-        if previous is not None and due < previous:
-            due = previous
+
+    def step(self, index: int, anchor: datetime, recipient: str | None) -> Planned:
+        """A drip's step ``index`` counted from ``anchor`` (the previous step's actual send,
+        or the enrollment), moved into the send window."""
+        window = self.window(recipient)
+        due = self.timing(index, recipient).plan(anchor, window)
         return Planned(due, None if window is None else window.to_json())
 
     def broadcast(self, occurrence_at: datetime, recipient: str | None) -> list[Planned]:
@@ -104,25 +100,11 @@ class Planner:
         cache_key = (occurrence_at, recipient or "")
         found = self._chains.get(cache_key)
         if found is None:
-            found = []
-            anchor = occurrence_at
-            previous: datetime | None = None
-            for index in range(len(self.steps)):
-                planned = self.step(index, anchor, recipient, previous=previous)
-                found.append(planned)
-                anchor = previous = planned.not_before
+            window = self.window(recipient)
+            shown = None if window is None else window.to_json()
+            timings = [self.timing(index, recipient) for index in range(len(self.steps))]
+            found = [
+                Planned(due, shown) for due in plan_chain(occurrence_at, timings, window=window)
+            ]
             self._chains[cache_key] = found
         return found
-
-
-def _at(step: StepSpec | WebhookStepSpec):  # type: ignore[no-untyped-def]
-    return step.at
-
-
-def _on(step: StepSpec | WebhookStepSpec):  # type: ignore[no-untyped-def]
-    return step.on
-
-
-def _timezone(step: StepSpec | WebhookStepSpec) -> str | None:
-    found: str | None = step.timezone
-    return found
