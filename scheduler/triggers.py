@@ -15,15 +15,13 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from campaigns.spec import CampaignSpec
-from scheduler.timing import (
-    CatchUpDecision,
-    Trigger,
-    apply_catch_up,
-    due_after,
-)
+from scheduler.timing import CatchUpDecision, Trigger, apply_catch_up
 
 GRACE = timedelta(minutes=5)  # a fire this late is on time (research §2)
 JUST_BEFORE = timedelta(microseconds=1)
+# Missed fires are recorded as skipped (with their reason, for `herald status`) as far back as
+# this; older ones are not even enumerated, which bounds a pass after a long outage.
+SKIPS_RECORDED_WITHIN = timedelta(days=31)
 
 
 def trigger_of(spec: CampaignSpec, registered_at: datetime) -> Trigger | None:
@@ -86,7 +84,9 @@ def decide(
         lower = registered_at.replace(microsecond=0) - JUST_BEFORE
     else:
         lower = registered_at
-    after = due_after(lower, now, max_age=max_age, grace=GRACE)
+    after = max(lower, now - max(max_age, GRACE, SKIPS_RECORDED_WITHIN))
+    # At most 10,000 fires, the earliest: after a long outage of a fast schedule the next
+    # passes decide the rest (each fire too old for the policy is skipped meanwhile).
     due = trigger.fires(after, now)
     return apply_catch_up(policy, due, now, max_age=max_age, grace=GRACE)
 
