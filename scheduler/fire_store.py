@@ -110,6 +110,4 @@ class FireStore:
 
     def campaigns_with_due(self, conn: sa.Connection) -> set[str]:
         """Campaigns with a fire decided ``due`` and not yet fanned out."""
-        return set(
-            conn.execute(sa.select(F.campaign).where(F.state == DUE).distinct()).scalars()
-        )
+        return set(conn.execute(sa.select(F.campaign).where(F.state == DUE).distinct()).scalars())

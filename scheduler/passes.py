@@ -151,9 +151,7 @@ def run_pass(
         else:
             try:
                 if row.trigger == "enrollment":
-                    _drip_pass(
-                        engine, source.loaded, result, now, actor, state, url_refresh
-                    )
+                    _drip_pass(engine, source.loaded, result, now, actor, state, url_refresh)
                 else:
                     _broadcast_pass(
                         engine, row, source.loaded, result, now, takeover_after, batch_size
@@ -187,9 +185,7 @@ def _broadcast_pass(
     fires = FireStore(engine.dialect.name)
     with engine.connect() as conn:
         cursor = fires.cursor(conn, row.name)
-    decision = decide(
-        loaded.spec, trigger, registered_at=row.launched_at, cursor=cursor, now=now
-    )
+    decision = decide(loaded.spec, trigger, registered_at=row.launched_at, cursor=cursor, now=now)
     decided = [Fire(moment, DUE) for moment in decision.fire]
     decided += [Fire(moment, SKIPPED, reason) for moment, reason in decision.skip]
     with engine.begin() as conn:

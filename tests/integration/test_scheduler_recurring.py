@@ -79,7 +79,9 @@ def test_a_weekly_schedule_makes_one_occurrence_per_fire(engine: Engine, tmp_pat
     for job in found:
         assert job.key == KeyTuple("digest", job.step, job.occurrence_at, job.mailbox).key()
         # Steps chain on the planned time: the reminder a day after the digest.
-        expected = job.occurrence_at + (timedelta(days=1) if job.step == "reminder" else timedelta())
+        expected = job.occurrence_at + (
+            timedelta(days=1) if job.step == "reminder" else timedelta()
+        )
         assert job.not_before == expected
     assert [state for _, state, _ in fires(engine, "digest")] == ["done"] * 4
 
@@ -109,16 +111,15 @@ def test_downtime_over_three_periods_follows_the_catch_up_policy(
     assert pass_at(engine, MONDAYS[4]).get("digest").fired == [MONDAYS[4]]  # type: ignore[union-attr]
 
 
-def test_the_default_catch_up_skips_a_fire_older_than_a_day(
-    engine: Engine, tmp_path: Path
-) -> None:
+def test_the_default_catch_up_skips_a_fire_older_than_a_day(engine: Engine, tmp_path: Path) -> None:
     path = weekly(tmp_path / "c")
     launch_at(engine, path, REGISTERED)
     report = pass_at(engine, MONDAYS[0] + timedelta(days=2))
     assert report.fired == 0
     [(moment, state, reason)] = fires(engine, "digest")
     assert (moment, state) == (MONDAYS[0], "skipped")
-    assert reason is not None and "max_catch_up_age" in reason
+    assert reason is not None
+    assert "max_catch_up_age" in reason
 
 
 def test_each_occurrence_reads_the_audience_of_its_day(engine: Engine, tmp_path: Path) -> None:
@@ -180,7 +181,8 @@ def test_a_changed_file_fires_nothing_until_restored(engine: Engine, tmp_path: P
     report = pass_at(engine, MONDAYS[0])
     assert report.fired == 0
     note = note_of(engine, "digest")
-    assert note is not None and "changed since it was launched" in note
+    assert note is not None
+    assert "changed since it was launched" in note
     assert jobs(engine) == []
     assert fires(engine, "digest") == []  # nothing decided: the fire waits for the file
     path.unlink()
@@ -233,7 +235,8 @@ steps:
     else:
         launched = launch_at(engine, path, REGISTERED)
         assert launched.fanout.new_jobs == 0
-        assert launched.scheduled is not None and launched.scheduled.next_fire == MONDAYS[0]
+        assert launched.scheduled is not None
+        assert launched.scheduled.next_fire == MONDAYS[0]
         assert pass_at(engine, MONDAYS[0] - timedelta(seconds=1)).fired == 0
         assert pass_at(engine, MONDAYS[0] + timedelta(seconds=5)).fired == 1
     assert pass_at(engine, MONDAYS[3]).fired == 0
