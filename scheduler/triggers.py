@@ -43,6 +43,10 @@ def trigger_of(spec: CampaignSpec, registered_at: datetime) -> Trigger | None:
     # The anchor of an interval without start: the registration, whole seconds (the first
     # fire is then the registration itself, due at the launch's own pass).
     start = schedule.start or registered_at.replace(microsecond=0)
+    if schedule.end is not None and start > schedule.end:
+        # Launched after its end: a trigger that had its fires before the registration, none
+        # of which fire (fires at or before the registration never do).
+        start = schedule.end
     return Trigger(
         "every", every=schedule.every, zone=schedule.zone_name, start=start, end=schedule.end
     )
