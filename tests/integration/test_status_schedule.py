@@ -170,5 +170,6 @@ def test_cli_shows_schedule_table_and_scheduler_note(
 
     text = cli(db_url, "status", "--now", "2026-12-07T09:00:00Z")
     assert text.exit_code == 0, text.output
-    assert "<24h" in text.output and "last occurrence" in text.output
+    assert "<24h" in text.output
+    assert "last occurrence" in text.output
     assert f"⚠ {name}: campaign file changed since launch; nothing fired" in text.output

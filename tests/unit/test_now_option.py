@@ -4,6 +4,7 @@ input (exit 2) with one line and a hint, whichever read-only command it was give
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -41,7 +42,8 @@ def test_bad_values_are_usage_errors(text: str) -> None:
     with pytest.raises(UsageError) as raised:
         parse_now(text)
     assert "--now/HERALD_NOW" in raised.value.message
-    assert raised.value.hint is not None and "ISO-8601" in raised.value.hint
+    assert raised.value.hint is not None
+    assert "ISO-8601" in raised.value.hint
 
 
 @given(
@@ -68,10 +70,13 @@ def test_the_real_clock_unless_asked() -> None:
     [
         ("status", "--database-url", "sqlite:///{tmp}/db.sqlite"),
         ("validate", "{tmp}/nothing.yaml"),
+        ("schedule", "{tmp}/nothing.yaml"),
+        ("plan", "{tmp}/nothing.yaml"),
+        ("simulate", "{tmp}/nothing.yaml", "--until", "30d"),
     ],
 )
 @pytest.mark.parametrize("how", ["option", "env"])
-def test_a_bad_now_exits_2_with_one_line(args: tuple[str, ...], how: str, tmp_path: object) -> None:
+def test_a_bad_now_exits_2_with_one_line(args: tuple[str, ...], how: str, tmp_path: Path) -> None:
     filled = [arg.format(tmp=tmp_path) for arg in args]
     if how == "option":
         result = invoke(*filled, "--now", "next tuesday")
@@ -82,3 +87,4 @@ def test_a_bad_now_exits_2_with_one_line(args: tuple[str, ...], how: str, tmp_pa
     assert lines[0] == "error: invalid --now/HERALD_NOW value 'next tuesday'"
     assert lines[1].strip().startswith("hint:")
     assert len(lines) == 2
+    assert not any(tmp_path.iterdir())  # refused before any file is opened
