@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING, Any
 from herald.app.common import Clock, utc_now
 
 if TYPE_CHECKING:
-    from scheduler.planning import Planner
-    from scheduler.timing import Trigger
-
     from campaigns.spec import CampaignSpec, LoadedCampaign
     from herald.app.launch import ProgressFactory
     from scheduler.check import CheckReport
+    from scheduler.planning import Planned, Planner
 
 #: What a drip's plan calls its one "fire": everyone enrolled at ``now``.
 ENROLLED_NOW = "if enrolled now"
@@ -94,6 +92,7 @@ class Plan:
     warnings: list[str]
     fires: list[PlannedFire]
     recipients: int
+    per_enrollment: bool  # a manual drip: planned for one recipient enrolled at ``now``
 
     @property
     def name(self) -> str:
@@ -108,6 +107,7 @@ class Plan:
             "description": self.description,
             "now": self.now.isoformat(),
             "recipients": self.recipients,
+            "per_enrollment": self.per_enrollment,
             "warnings": self.warnings,
             "fires": [fire.to_json(self.zone) for fire in self.fires],
         }
@@ -129,15 +129,14 @@ class AudienceZones:
         return sum(self.counts.values())
 
 
-def audience_zones(loaded: LoadedCampaign, *, drip_without_audience: bool = False) -> AudienceZones:
-    """Read the audience once. A manual drip may have none: it is then planned for one
-    recipient (per enrolled recipient)."""
+def audience_zones(loaded: LoadedCampaign, *, one_recipient: bool = False) -> AudienceZones:
+    """Read the audience once; or, ``one_recipient``, stand for one recipient without a zone
+    of their own (a manual drip, planned per enrolled recipient)."""
+    from campaigns.audience import MailboxDeduper, RowProblem, iter_audience
     from scheduler.planning import recipient_zone
 
-    from campaigns.audience import MailboxDeduper, RowProblem, iter_audience
-
     zones = AudienceZones()
-    if drip_without_audience:
+    if one_recipient:
         zones.counts[None] = 1
         return zones
     seen = MailboxDeduper()
@@ -165,14 +164,30 @@ def due_groups(
     steps = list(spec.steps)
     by_due: Counter[tuple[int, datetime, str]] = Counter()
     for own_zone, n in zones.counts.items():
-        chain = planner.broadcast(occurrence, own_zone)
-        for index, planned in enumerate(chain):
+        for index, planned in enumerate(chain(spec, planner, occurrence, own_zone)):
             shown = _shown_zone(spec, planner, index, own_zone)
             by_due[(index, max(planned.not_before, now), shown)] += n
     return tuple(
         DueGroup(steps[index].id, steps[index].channel, due, shown, n)
         for (index, due, shown), n in sorted(by_due.items(), key=lambda item: item[0])
     )
+
+
+def chain(
+    spec: CampaignSpec, planner: Planner, occurrence: datetime, own_zone: str | None
+) -> list[Planned]:
+    """When each step falls due for a recipient in ``own_zone``. A broadcast chains on planned
+    times, as its fan-out does; a drip plans each step from the previous one's send, here
+    assumed to happen when it falls due (the first from the enrollment)."""
+    if spec.trigger != "enrollment":
+        return planner.broadcast(occurrence, own_zone)
+    planned: list[Planned] = []
+    anchor = occurrence
+    for index in range(len(spec.steps)):
+        step = planner.step(index, anchor, own_zone)
+        planned.append(step)
+        anchor = step.not_before
+    return planned
 
 
 def _shown_zone(spec: CampaignSpec, planner: Planner, index: int, own_zone: str | None) -> str:
@@ -186,33 +201,6 @@ def _shown_zone(spec: CampaignSpec, planner: Planner, index: int, own_zone: str 
     return planner.campaign_zone
 
 
-def trigger_of(spec: CampaignSpec, registered_at: datetime) -> Trigger | None:
-    """The trigger of a ``start_at`` or ``schedule`` campaign registered at ``registered_at``
-    (an ``every:`` without ``start:`` counts from then); None for a launch or a drip."""
-    from scheduler.timing import Trigger
-
-    if spec.start_at is not None:
-        return Trigger("once", at=spec.start_at, zone=spec.zone_name)
-    schedule = spec.schedule
-    if schedule is None:
-        return None
-    if schedule.cron is not None:
-        return Trigger(
-            "cron",
-            expr=schedule.cron,
-            zone=schedule.zone_name,
-            start=schedule.start,
-            end=schedule.end,
-        )
-    return Trigger(
-        "every",
-        every=schedule.every,
-        zone=schedule.zone_name,
-        start=schedule.start or registered_at,
-        end=schedule.end,
-    )
-
-
 def first_after(spec: CampaignSpec, registered_at: datetime) -> datetime:
     """Fires strictly after this instant are the campaign's: a cron schedule never fires at or
     before its registration; an ``every:`` without ``start:`` and a past ``start_at`` fire at
@@ -220,7 +208,8 @@ def first_after(spec: CampaignSpec, registered_at: datetime) -> datetime:
     if spec.start_at is not None:
         return spec.start_at - timedelta(microseconds=1)
     if spec.schedule is not None and spec.schedule.cron is None and spec.schedule.start is None:
-        return registered_at - timedelta(microseconds=1)
+        # The interval's anchor is the registration in whole seconds (scheduler.triggers).
+        return registered_at.replace(microsecond=0) - timedelta(microseconds=1)
     return registered_at
 
 
@@ -229,6 +218,8 @@ def next_fire_after(
 ) -> datetime | None:
     """The next nominal fire of a registered campaign: the first after the scheduler's cursor
     (the newest recorded fire), or the first fire at all; None when the trigger has ended."""
+    from scheduler.triggers import trigger_of
+
     trigger = trigger_of(spec, registered_at)
     if trigger is None:
         return None
@@ -244,6 +235,8 @@ def upcoming(spec: CampaignSpec, now: datetime, count: int) -> list[tuple[dateti
         return [(now, AT_LAUNCH)]
     if kind == "enrollment":
         return [(now.replace(microsecond=0), ENROLLED_NOW)]
+    from scheduler.triggers import trigger_of
+
     trigger = trigger_of(spec, now)
     assert trigger is not None
     return [(fire, None) for fire in trigger.next_after(first_after(spec, now), count)]
@@ -294,20 +287,26 @@ def plan(
     clock: Clock = utc_now,
     progress: ProgressFactory | None = None,
 ) -> Plan:
-    """Check the campaign as ``validate`` does, then plan its next ``count`` fires. Writes
-    nothing. When the check finds problems the plan has no fires: show the report."""
+    """Check the campaign as ``launch`` does (every message rendered), then plan its next
+    ``count`` fires. Writes nothing. When the check finds problems the plan has no fires: show
+    the report."""
+    from herald.app.launch import load
+    from scheduler.check import check_campaign
     from scheduler.planning import Planner
 
-    from herald.app.launch import validate
-
     now = clock()
-    checked = validate(file, clock=lambda: now, progress=progress or _no_progress)
-    loaded, report = checked.loaded, checked.report
+    loaded = load(file)
     spec = loaded.spec
+    with (progress or _no_progress)("rendering", None) as tick:
+        # As launch checks it: a scheduled campaign's audience may be empty today (a later
+        # occurrence's list, or later enrollments, fill it).
+        report = check_campaign(
+            loaded, now, progress=tick, require_recipients=spec.trigger == "launch"
+        )
     fires: list[PlannedFire] = []
     zones = AudienceZones()
     if report.ok:
-        zones = audience_zones(loaded, drip_without_audience=_manual_without_audience(spec))
+        zones = audience_zones(loaded, one_recipient=per_enrollment(spec))
         planner = Planner(spec)
         for at, label in upcoming(spec, now, count):
             fires.append(PlannedFire(at, label, due_groups(spec, planner, at, zones, now)))
@@ -321,11 +320,14 @@ def plan(
         warnings=warnings_of(spec),
         fires=fires,
         recipients=zones.recipients,
+        per_enrollment=per_enrollment(spec),
     )
 
 
-def _manual_without_audience(spec: CampaignSpec) -> bool:
-    return spec.trigger == "enrollment" and spec.audience is None
+def per_enrollment(spec: CampaignSpec) -> bool:
+    """A manual drip enrolls nobody by itself (``herald enroll`` does): it is planned for one
+    recipient, enrolled at ``now``."""
+    return spec.trigger == "enrollment" and spec.enrollment == "manual"
 
 
 def _no_progress(_label: str, _total: int | None) -> AbstractContextManager[None]:

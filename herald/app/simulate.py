@@ -27,7 +27,7 @@ from herald.app.plan import (
     describe_trigger,
     due_groups,
     first_after,
-    trigger_of,
+    per_enrollment,
     warnings_of,
 )
 from herald.errors import UsageError
@@ -73,6 +73,7 @@ class Simulation:
     description: str
     warnings: list[str]
     recipients: int
+    per_enrollment: bool  # a manual drip: one recipient per cohort
     entries: list[TimelineEntry]
     occurrences: int
     beyond: int  # messages of simulated occurrences that fall due after ``until``
@@ -96,6 +97,7 @@ class Simulation:
             "now": self.now.isoformat(),
             "until": self.until.isoformat(),
             "recipients": self.recipients,
+            "per_enrollment": self.per_enrollment,
             "warnings": self.warnings,
             "occurrences": self.occurrences,
             "messages": self.messages,
@@ -147,9 +149,8 @@ def simulate(
     enroll_every: timedelta | None = None,
 ) -> Simulation:
     """The timeline from ``clock()`` to ``until`` (see the module docstring). Writes nothing."""
-    from scheduler.planning import Planner
-
     from herald.app.launch import load
+    from scheduler.planning import Planner
 
     now = clock()
     if until <= now:
@@ -161,7 +162,7 @@ def simulate(
             "--enroll-every is for drips (enrollment:)",
             hint=f"{spec.name} is triggered by {spec.trigger}",
         )
-    zones = audience_zones(loaded, drip_without_audience=_no_audience(spec))
+    zones = audience_zones(loaded, one_recipient=per_enrollment(spec))
     occurrences, cut = _occurrences(spec, now, until, enroll_every)
     planner = Planner(spec)
     entries: list[TimelineEntry] = []
@@ -187,6 +188,7 @@ def simulate(
         description=describe_trigger(spec),
         warnings=warnings_of(spec),
         recipients=zones.recipients,
+        per_enrollment=per_enrollment(spec),
         entries=entries,
         occurrences=len(occurrences),
         beyond=beyond,
@@ -206,17 +208,15 @@ def _occurrences(
         start = now.replace(microsecond=0)  # enrollment times are whole seconds
         if enroll_every is None:
             return [start], False
-        cohorts = []
+        cohorts: list[datetime] = []
         moment = start
         while moment <= until and len(cohorts) <= MAX_OCCURRENCES:
             cohorts.append(moment)
             moment += enroll_every
         return cohorts[:MAX_OCCURRENCES], len(cohorts) > MAX_OCCURRENCES
+    from scheduler.triggers import trigger_of
+
     trigger = trigger_of(spec, now)
     assert trigger is not None
     fires = trigger.fires(first_after(spec, now), until, limit=MAX_OCCURRENCES + 1)
     return fires[:MAX_OCCURRENCES], len(fires) > MAX_OCCURRENCES
-
-
-def _no_audience(spec: CampaignSpec) -> bool:
-    return spec.trigger == "enrollment" and spec.audience is None

@@ -12,7 +12,8 @@ Schema (stable; scripts and tests read it; keys are only ever added):
                     "totals": {state: n}}],
      "totals": {state: n}, "due": {bucket: n}, "in_doubt": n, "failed": n}
 Every state and bucket appears in every mapping, zero included. Times are ISO-8601 UTC
-(``next_fire_local``: the same instant in the campaign's ``timezone``), or null.
+(``next_fire_local``: the same instant in ``timezone``, the zone of a ``start_at`` or
+``schedule`` trigger; null for the others), or null.
 
 ``status`` is the stored one, except that an active campaign whose work is all settled and that
 has nothing more to come shows ``completed``: every job sent, failed or cancelled (one in doubt

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 class CampaignTiming:
     next_fire: datetime | None = None  # UTC
     next_fire_local: datetime | None = None  # the same instant in ``zone``
-    zone: str = "UTC"
+    zone: str | None = None  # the trigger's zone; None for a launch or a drip (shown in UTC)
     last_occurrence: datetime | None = None
     unknown: bool = False  # the stored spec could not be read: the next fire is not known
 

@@ -176,6 +176,8 @@ def render_simulation(console: Console, result: Simulation) -> None:
         f"{result.messages} message(s) from {result.occurrences} "
         f"{'cohort' if result.trigger == 'enrollment' else 'occurrence'}(s)"
     )
+    if result.per_enrollment:
+        summary += " of one recipient each (enrollment: manual)"
     if result.beyond:
         summary += f"; {result.beyond} more fall due after {utc_text(result.until)}"
     if result.cut:

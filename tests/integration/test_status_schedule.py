@@ -17,9 +17,9 @@ from dispatch.models import send_job
 from herald.app.launch import launch
 from herald.app.status import status
 from herald.app.status_reads import DUE_BUCKETS, ENROLLMENT_STATES, FIRE_STATES
-from scheduler.models import enrollment_table
+from scheduler.models import enrollment_table, trigger_fire_table
 from tests.support.campaign_files import write_campaign
-from tests.support.factories import cli
+from tests.support.factories import cli, write_yaml
 
 NOW = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
 RECIPIENTS = 4
@@ -75,7 +75,7 @@ def test_every_new_mapping_is_complete_and_launch_campaigns_have_no_next_fire(
     (doc,) = snapshot["campaigns"]
     assert doc["name"] == name
     assert doc["trigger"] == "launch"
-    assert (doc["next_fire"], doc["next_fire_local"]) == (None, None)
+    assert (doc["next_fire"], doc["next_fire_local"], doc["timezone"]) == (None, None, None)
     assert doc["last_occurrence"] == NOW.isoformat()
     assert list(doc["due"]) == list(DUE_BUCKETS)
     assert list(doc["fires"]) == list(FIRE_STATES)
@@ -173,3 +173,100 @@ def test_cli_shows_schedule_table_and_scheduler_note(
     assert "<24h" in text.output
     assert "last occurrence" in text.output
     assert f"⚠ {name}: campaign file changed since launch; nothing fired" in text.output
+
+
+# ---------------------------------------------------------------------- timed triggers
+
+WEEKLY = """\
+name: weekly
+from: "Acme <news@acme.example>"
+timezone: Europe/Berlin
+audience: [ann@example.com, bob@example.com]
+schedule: {{cron: "0 9 * * sun"{end}}}
+steps:
+  - {{id: digest, subject: "Digest", text: "Hello"}}
+"""
+MONDAY = """\
+name: monday
+from: "Acme <news@acme.example>"
+timezone: Europe/Berlin
+audience: [ann@example.com, bob@example.com]
+start_at: "2026-12-07 09:00"
+steps:
+  - {id: hello, subject: "Hi", text: "Hello"}
+"""
+WEDNESDAY = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def record_fire(engine: Engine, name: str, at: datetime, state: str = "done") -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.insert(trigger_fire_table).values(campaign=name, nominal_at=at, state=state)
+        )
+
+
+def test_a_schedule_shows_its_next_fire_after_the_cursor(engine: Engine, tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, WEEKLY.format(end=""))
+    launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
+    doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
+    assert (doc["trigger"], doc["timezone"], doc["status"]) == (
+        "schedule",
+        "Europe/Berlin",
+        "active",
+    )
+    assert doc["next_fire"] == "2026-12-06T08:00:00+00:00"  # Sunday 09:00 CET
+    assert doc["next_fire_local"] == "2026-12-06T09:00:00+01:00"
+    assert doc["last_occurrence"] is None
+
+    record_fire(engine, "weekly", datetime(2026, 12, 6, 8, tzinfo=UTC))
+    record_fire(engine, "weekly", datetime(2026, 12, 13, 8, tzinfo=UTC), state="skipped")
+    doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
+    assert doc["next_fire"] == "2026-12-20T08:00:00+00:00"  # after the cursor, skips included
+    assert doc["last_occurrence"] == "2026-12-06T08:00:00+00:00"  # the newest that fired
+    assert doc["fires"] == {"due": 0, "done": 1, "skipped": 1}
+
+
+def test_a_schedule_that_has_ended_completes(engine: Engine, tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, WEEKLY.format(end=", end: 2026-12-10"))
+    launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
+    record_fire(engine, "weekly", datetime(2026, 12, 6, 8, tzinfo=UTC), state="due")
+    doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
+    assert doc["next_fire"] is None
+    assert doc["status"] == "active"  # the last fire is still being fanned out
+    with engine.begin() as conn:
+        conn.execute(sa.update(trigger_fire_table).values(state="done"))
+    assert status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]["status"] == "completed"
+
+
+def test_start_at_fires_once(engine: Engine, tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, MONDAY)
+    launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
+    doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
+    assert (doc["trigger"], doc["next_fire"]) == ("start_at", "2026-12-07T08:00:00+00:00")
+    assert doc["status"] == "active"
+
+    record_fire(engine, "monday", datetime(2026, 12, 7, 8, tzinfo=UTC))
+    doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
+    assert (doc["next_fire"], doc["last_occurrence"]) == (None, "2026-12-07T08:00:00+00:00")
+    assert doc["status"] == "completed"  # no job, no future fire
+
+
+def test_an_unreadable_stored_spec_leaves_the_next_fire_unknown(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    path = write_yaml(tmp_path, WEEKLY.format(end=""))
+    launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
+    set_campaign(engine, "weekly", spec="schedule: [not, a, campaign")
+    doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
+    assert (doc["next_fire"], doc["status"]) == (None, "active")
+    text = cli(db_url, "status", "--now", "2026-12-02T12:00Z")
+    assert text.exit_code == 0, text.output
+    assert "unknown" in text.stdout
+
+
+def test_cli_shows_the_next_fire_in_local_time(db_url: str, engine: Engine, tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, WEEKLY.format(end=""))
+    launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
+    text = cli(db_url, "status", "--now", "2026-12-02T12:00Z")
+    assert text.exit_code == 0, text.output
+    assert "Sun 2026-12-06 09:00 CET (08:00Z)" in text.stdout
