@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from herald.app.launch import ProgressFactory
     from scheduler.check import CheckReport
     from scheduler.planning import Planned, Planner
+    from scheduler.timing import Trigger
 
 #: What a drip's plan calls its one "fire": everyone enrolled at ``now``.
 ENROLLED_NOW = "if enrolled now"
@@ -164,6 +165,8 @@ def due_groups(
     steps = list(spec.steps)
     by_due: Counter[tuple[int, datetime, str]] = Counter()
     for own_zone, n in zones.counts.items():
+        if n <= 0:
+            continue
         for index, planned in enumerate(chain(spec, planner, occurrence, own_zone)):
             shown = _shown_zone(spec, planner, index, own_zone)
             by_due[(index, max(planned.not_before, now), shown)] += n
@@ -201,6 +204,25 @@ def _shown_zone(spec: CampaignSpec, planner: Planner, index: int, own_zone: str 
     return planner.campaign_zone
 
 
+def triggered(spec: CampaignSpec, registered_at: datetime) -> Trigger | None:
+    """The campaign's trigger as the scheduler builds it (scheduler.triggers), for a campaign
+    registered at ``registered_at``; None for a launch or a drip, and for an ``every:``
+    schedule without ``start:`` whose ``end:`` has passed by then (it never fires)."""
+    from scheduler.triggers import trigger_of
+
+    schedule = spec.schedule
+    if (
+        spec.trigger == "schedule"
+        and schedule is not None
+        and schedule.every is not None
+        and schedule.start is None
+        and schedule.end is not None
+        and schedule.end < registered_at.replace(microsecond=0)
+    ):
+        return None
+    return trigger_of(spec, registered_at)
+
+
 def first_after(spec: CampaignSpec, registered_at: datetime) -> datetime:
     """Fires strictly after this instant are the campaign's: a cron schedule never fires at or
     before its registration; an ``every:`` without ``start:`` and a past ``start_at`` fire at
@@ -218,9 +240,7 @@ def next_fire_after(
 ) -> datetime | None:
     """The next nominal fire of a registered campaign: the first after the scheduler's cursor
     (the newest recorded fire), or the first fire at all; None when the trigger has ended."""
-    from scheduler.triggers import trigger_of
-
-    trigger = trigger_of(spec, registered_at)
+    trigger = triggered(spec, registered_at)
     if trigger is None:
         return None
     after = cursor if cursor is not None else first_after(spec, registered_at)
@@ -235,10 +255,9 @@ def upcoming(spec: CampaignSpec, now: datetime, count: int) -> list[tuple[dateti
         return [(now, AT_LAUNCH)]
     if kind == "enrollment":
         return [(now.replace(microsecond=0), ENROLLED_NOW)]
-    from scheduler.triggers import trigger_of
-
-    trigger = trigger_of(spec, now)
-    assert trigger is not None
+    trigger = triggered(spec, now)
+    if trigger is None:
+        return []
     return [(fire, None) for fire in trigger.next_after(first_after(spec, now), count)]
 
 

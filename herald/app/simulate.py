@@ -28,6 +28,7 @@ from herald.app.plan import (
     due_groups,
     first_after,
     per_enrollment,
+    triggered,
     warnings_of,
 )
 from herald.errors import UsageError
@@ -214,9 +215,8 @@ def _occurrences(
             cohorts.append(moment)
             moment += enroll_every
         return cohorts[:MAX_OCCURRENCES], len(cohorts) > MAX_OCCURRENCES
-    from scheduler.triggers import trigger_of
-
-    trigger = trigger_of(spec, now)
-    assert trigger is not None
+    trigger = triggered(spec, now)
+    if trigger is None:
+        return [], False
     fires = trigger.fires(first_after(spec, now), until, limit=MAX_OCCURRENCES + 1)
     return fires[:MAX_OCCURRENCES], len(fires) > MAX_OCCURRENCES
