@@ -291,3 +291,23 @@ def test_nothing_is_written(
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
     assert not db.exists()
     assert not (tmp_path / "herald.db").exists()
+
+
+def test_herald_now_from_the_environment(tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, WEEKLY)
+    by_env = invoke("schedule", str(path), "--json", env={"HERALD_NOW": "2026-10-14T02:00+02:00"})
+    assert by_env.exit_code == 0, by_env.output
+    document = json.loads(by_env.stdout)
+    assert document["now"] == "2026-10-14T00:00:00+00:00"
+    assert document["fires"][0]["at"] == "2026-10-18T07:00:00+00:00"
+    # The option wins over the environment.
+    result = invoke(
+        "schedule",
+        str(path),
+        "--json",
+        "--now",
+        "2026-10-19T00:00Z",
+        env={"HERALD_NOW": "2026-10-14T00:00Z"},
+    )
+    both = json.loads(result.stdout)
+    assert both["fires"][0]["at"] == "2026-10-25T08:00:00+00:00"
