@@ -111,6 +111,7 @@ class Plan:
             "per_enrollment": self.per_enrollment,
             "warnings": self.warnings,
             "fires": [fire.to_json(self.zone) for fire in self.fires],
+            "computed_with": computed_with(),
         }
 
 
@@ -341,6 +342,20 @@ def plan(
         recipients=zones.recipients,
         per_enrollment=per_enrollment(spec),
     )
+
+
+def computed_with() -> dict[str, str | None]:
+    """The versions fire times depend on: every scheduler process must run the same ones
+    (research §5), so a plan says which it was computed with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for package in ("croniter", "tzdata"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    return found
 
 
 def per_enrollment(spec: CampaignSpec) -> bool:

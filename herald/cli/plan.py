@@ -35,7 +35,7 @@ EnrollEvery = Annotated[
     str | None,
     typer.Option(
         "--enroll-every",
-        help="Drips: enrol the audience again every DURATION (1d: a new cohort each day), "
+        help="Drips: enroll the audience again every DURATION (1d: a new cohort each day), "
         "to see steps of successive cohorts overlap. Default: everyone enrolled at --now.",
     ),
 ]

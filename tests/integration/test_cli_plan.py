@@ -102,6 +102,7 @@ def test_weekly_fires_across_the_autumn_change_in_local_time_and_utc(tmp_path: P
         "2026-11-01T08:00:00+00:00",
     ]
     assert document["fires"][1]["local"] == "2026-10-25T09:00:00+01:00"
+    assert set(document["computed_with"]) == {"croniter", "tzdata"}
 
 
 def test_per_step_groups_follow_recipient_zones(tmp_path: Path) -> None:
