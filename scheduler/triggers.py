@@ -48,7 +48,8 @@ def trigger_of(spec: CampaignSpec, registered_at: datetime) -> Trigger | None:
     )
 
 
-def _policy(spec: CampaignSpec, trigger: Trigger) -> tuple[CatchUp, timedelta]:
+def catch_up_policy(spec: CampaignSpec, trigger: Trigger) -> tuple[CatchUp, timedelta]:
+    """The campaign's catch-up policy and max_catch_up_age (default: the trigger's)."""
     schedule = spec.schedule
     policy: CatchUp = schedule.catch_up if schedule is not None else "latest"
     max_age = (
@@ -68,7 +69,7 @@ def decide(
     now: datetime,
 ) -> CatchUpDecision:
     """The fires in (cursor, now], each to fire or to skip (with its reason)."""
-    policy, max_age = _policy(spec, trigger)
+    policy, max_age = catch_up_policy(spec, trigger)
     if cursor is None and trigger.kind == "once":
         assert trigger.at is not None
         if trigger.at <= registered_at:
