@@ -307,10 +307,10 @@ def plan(
     clock: Clock = utc_now,
     progress: ProgressFactory | None = None,
 ) -> Plan:
-    """Check the campaign as ``launch`` does (every message rendered), then plan its next
+    """Check the campaign as ``validate`` does (every message rendered), then plan its next
     ``count`` fires. Writes nothing. When the check finds problems the plan has no fires: show
     the report."""
-    from herald.app.launch import load
+    from herald.app.launch import load, needs_recipients
     from scheduler.check import check_campaign
     from scheduler.planning import Planner
 
@@ -318,10 +318,10 @@ def plan(
     loaded = load(file)
     spec = loaded.spec
     with (progress or _no_progress)("rendering", None) as tick:
-        # As launch checks it: a scheduled campaign's audience may be empty today (a later
+        # As validate and launch check it: a schedule's audience may be empty today (a later
         # occurrence's list, or later enrollments, fill it).
         report = check_campaign(
-            loaded, now, progress=tick, require_recipients=spec.trigger == "launch"
+            loaded, now, progress=tick, require_recipients=needs_recipients(loaded)
         )
     fires: list[PlannedFire] = []
     zones = AudienceZones()
