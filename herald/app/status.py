@@ -4,7 +4,8 @@ campaign's trigger, next fire, last occurrence, enrollments and when its pending
 Schema (stable; scripts and tests read it; keys are only ever added):
     {"now": iso,
      "campaigns": [{"name", "status", "version", "launched_at",
-                    "trigger", "timezone", "next_fire", "next_fire_local", "last_occurrence",
+                    "trigger", "timezone", "next_fire", "next_fire_local", "trigger_ended",
+                    "last_occurrence",
                     "fires": {due, done, skipped}, "enrollments": {active, left, ended, done},
                     "due": {now, within_1h, within_24h, within_7d, later},
                     "scheduler_note",
@@ -13,7 +14,9 @@ Schema (stable; scripts and tests read it; keys are only ever added):
      "totals": {state: n}, "due": {bucket: n}, "in_doubt": n, "failed": n}
 Every state and bucket appears in every mapping, zero included. Times are ISO-8601 UTC
 (``next_fire_local``: the same instant in ``timezone``, the zone of a ``start_at`` or
-``schedule`` trigger; null for the others), or null.
+``schedule`` trigger; null for the others), or null. ``trigger_ended``: for those two, whether
+the trigger will fire no more (null: not a timed trigger; false with no ``next_fire``: the
+stored definition could not be read, the next fire is unknown).
 
 ``status`` is the stored one, except that an active campaign whose work is all settled and that
 has nothing more to come shows ``completed``: every job sent, failed or cancelled (one in doubt
@@ -108,6 +111,7 @@ def status(
                 "timezone": timing.zone,
                 "next_fire": _iso(timing.next_fire),
                 "next_fire_local": _iso(timing.next_fire_local),
+                "trigger_ended": timing.ended,
                 "last_occurrence": _iso(timing.last_occurrence),
                 "fires": fire.counts,
                 "enrollments": enrolled.counts,

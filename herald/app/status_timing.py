@@ -27,6 +27,13 @@ class CampaignTiming:
     last_occurrence: datetime | None = None
     unknown: bool = False  # the stored spec could not be read: the next fire is not known
 
+    @property
+    def ended(self) -> bool | None:
+        """A timed trigger that fires no more; None for a launch or a drip (no zone known)."""
+        if self.zone is None and not self.unknown:
+            return None
+        return self.next_fire is None and not self.unknown
+
 
 def timing_of(spec_text: str | None, fire: FireSummary, launched_at: datetime) -> CampaignTiming:
     """Next and last fire of a ``start_at`` or ``schedule`` campaign registered at

@@ -5,7 +5,7 @@ scripts."""
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -90,6 +90,7 @@ def render(console: Console, snapshot: dict[str, Any]) -> None:
     render_schedule(console, snapshot)
 
 
+_LATE = timedelta(minutes=5)
 _BUCKETS = [
     ("now", "due now"),
     ("within_1h", "<1h"),
@@ -103,9 +104,11 @@ def render_schedule(console: Console, snapshot: dict[str, Any]) -> None:
     """Triggers, fires and due work: shown once any campaign has more than a launch, or work
     not yet due."""
     from rich.table import Table
+    from rich.text import Text
 
     from herald.cli.timefmt import both
 
+    now = datetime.fromisoformat(snapshot["now"])
     documents = snapshot["campaigns"]
     waiting = any(doc["due"][b] for doc in documents for b, _ in _BUCKETS[1:])
     if not waiting and all(doc["trigger"] == "launch" for doc in documents):
@@ -121,12 +124,16 @@ def render_schedule(console: Console, snapshot: dict[str, Any]) -> None:
     table.add_column("enrolled")
     for doc in documents:
         zone = doc["timezone"] or "UTC"
+        next_fire: str | Text = "-"
         if doc["next_fire"] is not None:
-            next_fire = both(datetime.fromisoformat(doc["next_fire"]), zone)
-        elif doc["trigger"] in ("schedule", "start_at") and doc["status"] == "active":
+            moment = datetime.fromisoformat(doc["next_fire"])
+            next_fire = both(moment, zone)
+            if moment < now - _LATE:  # a scheduler fires within minutes of the time
+                next_fire = Text.assemble(next_fire, " ", styled("overdue", "bold yellow"))
+        elif doc["trigger_ended"] is True:
+            next_fire = "none (ended)"
+        elif doc["trigger_ended"] is False:
             next_fire = "unknown"
-        else:
-            next_fire = "-"
         last = doc["last_occurrence"]
         enrolled = doc["enrollments"]
         table.add_row(

@@ -76,6 +76,7 @@ def test_every_new_mapping_is_complete_and_launch_campaigns_have_no_next_fire(
     assert doc["name"] == name
     assert doc["trigger"] == "launch"
     assert (doc["next_fire"], doc["next_fire_local"], doc["timezone"]) == (None, None, None)
+    assert doc["trigger_ended"] is None
     assert doc["last_occurrence"] == NOW.isoformat()
     assert list(doc["due"]) == list(DUE_BUCKETS)
     assert list(doc["fires"]) == list(FIRE_STATES)
@@ -216,6 +217,7 @@ def test_a_schedule_shows_its_next_fire_after_the_cursor(engine: Engine, tmp_pat
     )
     assert doc["next_fire"] == "2026-12-06T08:00:00+00:00"  # Sunday 09:00 CET
     assert doc["next_fire_local"] == "2026-12-06T09:00:00+01:00"
+    assert doc["trigger_ended"] is False
     assert doc["last_occurrence"] is None
 
     record_fire(engine, "weekly", datetime(2026, 12, 6, 8, tzinfo=UTC))
@@ -231,7 +233,7 @@ def test_a_schedule_that_has_ended_completes(engine: Engine, tmp_path: Path) -> 
     launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
     record_fire(engine, "weekly", datetime(2026, 12, 6, 8, tzinfo=UTC), state="due")
     doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
-    assert doc["next_fire"] is None
+    assert (doc["next_fire"], doc["trigger_ended"]) == (None, True)
     assert doc["status"] == "active"  # the last fire is still being fanned out
     with engine.begin() as conn:
         conn.execute(sa.update(trigger_fire_table).values(state="done"))
@@ -258,7 +260,7 @@ def test_an_unreadable_stored_spec_leaves_the_next_fire_unknown(
     launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
     set_campaign(engine, "weekly", spec="schedule: [not, a, campaign")
     doc = status(engine, clock=lambda: WEDNESDAY)["campaigns"][0]
-    assert (doc["next_fire"], doc["status"]) == (None, "active")
+    assert (doc["next_fire"], doc["trigger_ended"], doc["status"]) == (None, False, "active")
     text = cli(db_url, "status", "--now", "2026-12-02T12:00Z")
     assert text.exit_code == 0, text.output
     assert "unknown" in text.stdout
@@ -270,3 +272,16 @@ def test_cli_shows_the_next_fire_in_local_time(db_url: str, engine: Engine, tmp_
     text = cli(db_url, "status", "--now", "2026-12-02T12:00Z")
     assert text.exit_code == 0, text.output
     assert "Sun 2026-12-06 09:00 CET (08:00Z)" in text.stdout
+    assert "overdue" not in text.stdout
+    # Ten minutes after the fire, with nothing recorded: no scheduler has fired it.
+    late = cli(db_url, "status", "--now", "2026-12-06T08:10Z")
+    assert "Sun 2026-12-06 09:00 CET (08:00Z) overdue" in late.stdout
+
+
+def test_cli_shows_an_ended_trigger(db_url: str, engine: Engine, tmp_path: Path) -> None:
+    path = write_yaml(tmp_path, MONDAY)
+    launch(engine, path, clock=lambda: WEDNESDAY, actor="test")
+    record_fire(engine, "monday", datetime(2026, 12, 7, 8, tzinfo=UTC))
+    text = cli(db_url, "status", "--now", "2026-12-08T12:00Z")
+    assert "none (ended)" in text.stdout
+    assert "completed" in text.stdout
