@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from herald.cli.base import JsonFlag, NowOption, app, clock_option, errors_mapped, fail
+from herald.cli.base import (
+    JsonFlag,
+    NowOption,
+    app,
+    clock_option,
+    errors_mapped,
+    fail,
+    progress_bar,
+)
 from herald.output import err, out, styled
 
 if TYPE_CHECKING:
@@ -46,7 +54,6 @@ def schedule(
 ) -> None:
     """The next fires and, per step, how many messages fall due when. Writes nothing."""
     from herald.app.plan import plan as plan_campaign
-    from herald.cli.base import progress_bar
     from herald.cli.launch import print_check
 
     with errors_mapped():
