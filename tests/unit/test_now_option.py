@@ -88,3 +88,14 @@ def test_a_bad_now_exits_2_with_one_line(args: tuple[str, ...], how: str, tmp_pa
     assert lines[1].strip().startswith("hint:")
     assert len(lines) == 2
     assert not any(tmp_path.iterdir())  # refused before any file is opened
+
+
+def test_validate_takes_now(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        'name: c\nfrom: "A <a@x.example>"\naudience: [b@example.com]\n'
+        'steps:\n  - {id: hi, subject: "Hi", text: "x"}\n'
+    )
+    result = invoke("validate", str(path), "--now", "2026-12-07T09:00+01:00")
+    assert result.exit_code == 0, result.output
+    assert "ok: c: 1 recipient(s)" in result.output
