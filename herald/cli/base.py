@@ -22,6 +22,8 @@ from herald.secrets import known_secrets
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
+    from herald.app.common import Clock
+
 app = typer.Typer(
     name="herald",
     help="Campaigns as code: every message sent exactly once per recipient, step and occurrence.",
@@ -48,6 +50,15 @@ SmtpUrl = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 CampaignOption = Annotated[str | None, typer.Option("--campaign", help="Only this campaign.")]
+NowOption = Annotated[
+    str | None,
+    typer.Option(
+        "--now",
+        envvar="HERALD_NOW",
+        help="Pretend it is this time: ISO-8601, no offset means UTC (e.g. 2026-12-07T09:00Z).",
+        show_default=False,
+    ),
+]
 
 
 def fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
@@ -58,6 +69,14 @@ def fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
     if hint:
         err.print(f"  hint: {known_secrets.scrub(hint)}")
     raise typer.Exit(code)
+
+
+def clock_option(now: str | None) -> Clock:
+    """The clock a read-only command runs on: ``--now``/``HERALD_NOW``, else the real one.
+    Call it inside ``errors_mapped()``: a bad value is invalid input (exit 2)."""
+    from herald.app.clock import clock_from
+
+    return clock_from(now)
 
 
 _opened_engines: list[Engine] = []  # disposed when the command's errors_mapped() block ends

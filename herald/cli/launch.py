@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from herald.cli.base import DatabaseUrl, JsonFlag, app, errors_mapped, fail, opened, progress_bar
+from herald.cli.base import (
+    DatabaseUrl,
+    JsonFlag,
+    NowOption,
+    app,
+    clock_option,
+    errors_mapped,
+    fail,
+    opened,
+    progress_bar,
+)
 from herald.defaults import DEFAULT_DATABASE_URL
 from herald.output import err, out, styled
 
@@ -20,12 +30,12 @@ CampaignFile = Annotated[Path, typer.Argument(help="The campaign YAML file.")]
 
 
 @app.command()
-def validate(file: CampaignFile, as_json: JsonFlag = False) -> None:
+def validate(file: CampaignFile, as_json: JsonFlag = False, now: NowOption = None) -> None:
     """Parse a campaign and render every step for every recipient. Writes nothing."""
     from herald.app.launch import validate as validate_campaign
 
     with errors_mapped():
-        result = validate_campaign(file, progress=progress_bar)
+        result = validate_campaign(file, clock=clock_option(now), progress=progress_bar)
         report = result.report
         print_check(report, as_json)
         if not report.ok:

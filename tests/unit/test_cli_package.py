@@ -10,7 +10,19 @@ import sys
 from herald.schema import HEAD_REVISION, head_revision
 
 HEAVY = ["sqlalchemy", "jinja2", "aiosmtplib", "httpx", "pydantic", "alembic", "sqlmodel"]
-COMMANDS = ["validate", "launch", "worker", "status", "pause", "resume", "cancel", "recover"]
+COMMANDS = [
+    "validate",
+    "launch",
+    "worker",
+    "status",
+    "pause",
+    "resume",
+    "cancel",
+    "recover",
+    "schedule",
+    "plan",
+    "simulate",
+]
 GROUPS = ["in-doubt", "dead", "audience", "db"]
 
 
