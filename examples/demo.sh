@@ -27,6 +27,10 @@ echo "== herald launch examples/welcome.yaml   (again: idempotent)"
 herald launch examples/welcome.yaml
 echo "== herald worker --concurrency 20 --until-idle"
 herald worker --concurrency 20 --until-idle
+echo "== herald schedule examples/digest.yaml -n 3   (a recurring campaign: when it fires)"
+herald schedule examples/digest.yaml -n 3
+echo "== herald launch examples/digest.yaml   (registered; \`herald run\` or \`herald scheduler\` fires it)"
+herald launch examples/digest.yaml
 echo "== herald status"
 herald status
 echo "== what the sink received"
