@@ -35,8 +35,7 @@ def scheduler(
 ) -> None:
     """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT.
 
-    Run two or more on one database for high availability: there is no leader, and a fire
-    made twice inserts nothing the second time.
+    High availability: run two or more on one database (no leader; a fire made twice is one).
     """
     from herald.app.scheduler import run_scheduler, run_scheduler_once
 
@@ -83,8 +82,7 @@ def run(
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.
 
-    SIGTERM/SIGINT: finish the pass and the started sends, release the rest. To scale out, run
-    `herald scheduler` and `herald worker` as separate processes instead.
+    To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
     """
     from herald.app.run import run_all
     from herald.app.worker import WorkerOptions, build_worker
