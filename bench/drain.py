@@ -30,7 +30,7 @@ SENT = Outcome(Verdict.SENT, 250, "ok")
 
 
 class NoopSend:
-    async def deliver(self) -> Outcome:
+    async def deliver(self, started_at: datetime) -> Outcome:
         return SENT
 
     async def abandon(self) -> None:

@@ -52,14 +52,32 @@ def register(
     force_new_version: bool = False,
     on_new_version: OnNewVersion | None = None,
 ) -> Registration:
+    """Store the campaign (idempotent): its definition, the file it came from (a scheduler
+    re-reads audience and templates there for each occurrence) and its trigger's kind.
+
+    ``now`` becomes ``launched_at``: the launch occurrence, or for a scheduled trigger the
+    registration time (a cron schedule never fires at or before it).
+    """
     store = CampaignStore(engine.dialect.name)
     name = loaded.spec.name
     spec_text = loaded.source.decode("utf-8", errors="replace")
+    source_path = str(loaded.path)
+    trigger = loaded.spec.trigger
     with engine.begin() as conn:
         row, created = store.insert_if_new(
-            conn, name=name, spec=spec_text, spec_hash=loaded.spec_hash, launched_at=now
+            conn,
+            name=name,
+            spec=spec_text,
+            spec_hash=loaded.spec_hash,
+            launched_at=now,
+            source_path=source_path,
+            trigger=trigger,
         )
         if row.spec_hash == loaded.spec_hash:
+            if not created and row.source_path != source_path:
+                # The same definition from another place (its folder moved): read it there.
+                store.set_source(conn, name, source_path=source_path, spec_hash=row.spec_hash)
+                row = store.get(conn, name) or row
             return Registration(row, created=created, new_version=False)
         if row.status == "cancelled":
             raise CampaignStateError(
@@ -77,7 +95,13 @@ def register(
                 "update it: messages already sent stay sent, unsent ones get the new content",
             )
         if not store.new_version(
-            conn, name=name, spec=spec_text, spec_hash=loaded.spec_hash, expected_hash=row.spec_hash
+            conn,
+            name=name,
+            spec=spec_text,
+            spec_hash=loaded.spec_hash,
+            expected_hash=row.spec_hash,
+            source_path=source_path,
+            trigger=trigger,
         ):
             raise CampaignConflict(
                 f"campaign {name!r} changed while launching", hint="run the command again"

@@ -15,13 +15,22 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import ClassVar, Generic, Self, TypeVar
 
 import sqlalchemy as sa
 
 from dispatch.instrumentation import Instrumentation
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore, RecoveryReport
+from dispatch.store import (
+    ClaimedJob,
+    Completion,
+    Deferral,
+    Lease,
+    LeaseRow,
+    OutboxStore,
+    RecoveryReport,
+)
 
 R = TypeVar("R")
 
@@ -64,22 +73,25 @@ class Complete(OutboxRequest[bool]):
 
 
 @dataclass(frozen=True)
-class StartSend(OutboxRequest[bool]):
-    """T4, claimed → sending: the only door to a send. True once it is committed."""
+class StartSend(OutboxRequest[datetime | None]):
+    """T4, claimed → sending: the only door to a send. Once it is committed, the moment the
+    job crossed (database clock: the message's Date); None if the guard refused."""
 
     lease: Lease
     kind: ClassVar[str] = "t4"
     order: ClassVar[int] = 1
 
     @classmethod
-    def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[bool]:
+    def apply(
+        cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]
+    ) -> list[datetime | None]:
         leases = [r.lease for r in batch]
         started = ctx.store.start_sends(
             conn, leases, margin_seconds=ctx.t4_margin_seconds, actor=ctx.owner
         )
         if started:
             ctx.instrumentation.before_t4_commit([lease for lease in leases if lease[0] in started])
-        return [lease[0] in started for lease in leases]
+        return [started.get(lease[0]) for lease in leases]
 
 
 @dataclass(frozen=True)
@@ -133,19 +145,38 @@ class Release(OutboxRequest[set[int]]):
 
 
 @dataclass(frozen=True)
-class LeaseState(OutboxRequest[str | None]):
-    """The job's state if it still carries this lease's token (re-reading an unknown commit)."""
+class Defer(OutboxRequest[set[int]]):
+    """Hand back claims whose send window is closed, due at its next opening (W2); the ids
+    handed back (the batch's whole set, to each)."""
 
-    lease: Lease
-    kind: ClassVar[str] = "lease_state"
+    deferrals: tuple[Deferral, ...]
+    kind: ClassVar[str] = "defer"
     order: ClassVar[int] = 5
 
     @classmethod
     def apply(
         cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]
-    ) -> list[str | None]:
-        states = ctx.store.lease_state(conn, [r.lease for r in batch])
-        return [states.get(r.lease[0]) for r in batch]
+    ) -> list[set[int]]:
+        deferrals = [d for r in batch for d in r.deferrals]
+        deferred = ctx.store.defer_claims(conn, deferrals, actor=ctx.owner)
+        return [deferred for _ in batch]
+
+
+@dataclass(frozen=True)
+class LeaseState(OutboxRequest[LeaseRow | None]):
+    """The job's state and ``send_started_at`` if it still carries this lease's token
+    (re-reading an unknown commit)."""
+
+    lease: Lease
+    kind: ClassVar[str] = "lease_state"
+    order: ClassVar[int] = 6
+
+    @classmethod
+    def apply(
+        cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]
+    ) -> list[LeaseRow | None]:
+        rows = ctx.store.lease_rows(conn, [r.lease for r in batch])
+        return [rows.get(r.lease[0]) for r in batch]
 
 
 @dataclass(frozen=True)
@@ -154,7 +185,7 @@ class Recover(OutboxRequest[RecoveryReport]):
 
     grace_seconds: float
     kind: ClassVar[str] = "recover"
-    order: ClassVar[int] = 6
+    order: ClassVar[int] = 7
 
     @classmethod
     def apply(
@@ -171,7 +202,7 @@ class HasWork(OutboxRequest[bool]):
 
     horizon_seconds: float
     kind: ClassVar[str] = "has_work"
-    order: ClassVar[int] = 7
+    order: ClassVar[int] = 8
 
     @classmethod
     def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[bool]:
@@ -183,7 +214,7 @@ class NextDueIn(OutboxRequest[float | None]):
     """Seconds until the next pending job is due (None: nothing pending)."""
 
     kind: ClassVar[str] = "next_due"
-    order: ClassVar[int] = 8
+    order: ClassVar[int] = 9
 
     @classmethod
     def apply(
@@ -199,7 +230,7 @@ class Claim(OutboxRequest[list[ClaimedJob]]):
 
     limit: int
     kind: ClassVar[str] = "claim"
-    order: ClassVar[int] = 9
+    order: ClassVar[int] = 10
 
     @classmethod
     def apply(

@@ -9,10 +9,12 @@ the caller decides what that means). The types carry a job's lease from ``claim`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from dispatch.commit_requests import (
     Claim,
     Complete,
+    Defer,
     HasWork,
     Heartbeat,
     LeaseState,
@@ -24,7 +26,7 @@ from dispatch.commit_requests import (
 )
 from dispatch.committer import GroupCommitter
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, Lease, RecoveryReport
+from dispatch.store import ClaimedJob, Completion, Deferral, Lease, LeaseRow, RecoveryReport
 
 
 class OutboxClient:
@@ -35,8 +37,9 @@ class OutboxClient:
         """Lease up to ``limit`` due jobs, each with a fresh fencing token."""
         return await self._committer.submit(Claim(limit))
 
-    async def start_send(self, lease: Lease) -> bool:
-        """T4. True only once the transition is committed: the send may go out."""
+    async def start_send(self, lease: Lease) -> datetime | None:
+        """T4. Once the transition is committed, the moment it happened (the message's Date):
+        the send may go out. None: refused."""
         return await self._committer.submit(StartSend(lease))
 
     async def complete(self, completion: Completion) -> bool:
@@ -55,8 +58,13 @@ class OutboxClient:
         """Give unstarted claims back untried; the ids released."""
         return await self._committer.submit(Release(tuple(leases)))
 
-    async def lease_state(self, lease: Lease) -> str | None:
-        """The job's state while it carries this lease's token, else None."""
+    async def defer(self, deferrals: Sequence[Deferral]) -> set[int]:
+        """Hand back claims whose send window is closed (W2); the ids handed back."""
+        return await self._committer.submit(Defer(tuple(deferrals)))
+
+    async def lease_state(self, lease: Lease) -> LeaseRow | None:
+        """The job's state and ``send_started_at`` while it carries this lease's token, else
+        None."""
         return await self._committer.submit(LeaseState(lease))
 
     async def recover(self, grace_seconds: float) -> RecoveryReport:

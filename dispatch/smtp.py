@@ -16,12 +16,14 @@ import dataclasses
 import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
 from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.message_date import with_date
 from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
@@ -256,18 +258,18 @@ class _PreparedSmtp:
         self.client = client
         self.envelope = envelope
 
-    async def deliver(self) -> Outcome:
-        return _scrubbed(await self._deliver(), self.transport.redact)
+    async def deliver(self, started_at: datetime) -> Outcome:
+        return _scrubbed(await self._deliver(started_at), self.transport.redact)
 
-    async def _deliver(self) -> Outcome:
+    async def _deliver(self, started_at: datetime) -> Outcome:
         client = self.client
         envelope = self.envelope
         written = self.transport.instrumentation.after_data_write
+        # The Date is the moment of sending: T4's, so every re-read of this attempt agrees.
+        message = with_date(envelope.payload, started_at)
         try:
             with _end_of_data_watched(client, lambda: written(envelope)):
-                response = await client.data(
-                    envelope.payload, timeout=self.transport.config.data_timeout
-                )
+                response = await client.data(message, timeout=self.transport.config.data_timeout)
         except aiosmtplib.SMTPDataError as exc:
             # A definitive refusal; still, never reuse a connection after data() raised.
             client.close()

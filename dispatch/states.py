@@ -108,6 +108,8 @@ class T:
     DATA_UNKNOWN = _t("T8", "data unknown", [S.SENDING], S.IN_DOUBT, A.WORKER)
     # Shutdown, or a transport that cannot be used as configured: unstarted claims go back.
     RELEASE = _t("W1", "release claim", [S.CLAIMED], S.PENDING, A.WORKER)
+    # A claim whose send window is closed goes back until the window opens (not counted).
+    OUTSIDE_WINDOW = _t("W2", "outside send window", [S.CLAIMED], S.PENDING, A.WORKER)
     EXPIRED_CLAIM = _t("R1", "lease expired before sending", [S.CLAIMED], S.PENDING, A.RECOVERY)
     POISON = _t("R1p", "poison", [S.CLAIMED], S.FAILED, A.RECOVERY)
     LOST_IN_SEND = _t("R2", "lease lost in send", [S.SENDING], S.IN_DOUBT, A.RECOVERY)
@@ -126,6 +128,9 @@ class T:
     NEW_CONTENT = _t("T12", "new content", [S.CLAIMED], S.PENDING, A.SCHEDULER)
     # a key an earlier version removed, and this one has again, is armed with the new content.
     RESTORED = _t("T13", "restored", [S.CANCELLED], S.PENDING, A.SCHEDULER)
+    # A drip recipient left the audience: the step not yet past T4 is withdrawn (a claim is
+    # fenced, as by T11).
+    WITHDRAWN = _t("T14", "withdrawn", [S.PENDING, S.CLAIMED], S.CANCELLED, A.SCHEDULER)
 
 
 del S, A

@@ -8,7 +8,16 @@ the same constructor (``OutboxStore(engine.dialect.name)``) and method names.
 from __future__ import annotations
 
 from dbtypes import utc
-from dispatch.outbox.jobs import ClaimedJob, Completion, Lease, NewJob, RecoveryReport, payload_hash
+from dispatch.outbox.jobs import (
+    ClaimedJob,
+    Completion,
+    Deferral,
+    Lease,
+    LeaseRow,
+    NewJob,
+    RecoveryReport,
+    payload_hash,
+)
 from dispatch.outbox.sql import SqlOutbox
 
 OutboxStore = SqlOutbox
@@ -16,7 +25,9 @@ OutboxStore = SqlOutbox
 __all__ = [
     "ClaimedJob",
     "Completion",
+    "Deferral",
     "Lease",
+    "LeaseRow",
     "NewJob",
     "OutboxStore",
     "RecoveryReport",

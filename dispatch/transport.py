@@ -8,6 +8,7 @@ responsibility for the message (SMTP DATA, an HTTP request body).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -55,8 +56,12 @@ class Envelope:
 
 
 class PreparedSend(Protocol):
-    async def deliver(self) -> Outcome:
-        """Cross the point of no return. Must not raise: map every failure to an Outcome."""
+    async def deliver(self, started_at: datetime) -> Outcome:
+        """Cross the point of no return. Must not raise: map every failure to an Outcome.
+
+        ``started_at`` is when the job crossed T4 (the outbox's clock): an email's ``Date``
+        (``dispatch.message_date``); channels without such a header ignore it.
+        """
 
     async def abandon(self) -> None:
         """T4 was refused: undo the preparation (SMTP RSET) without delivering anything."""

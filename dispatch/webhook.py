@@ -238,7 +238,8 @@ class _PreparedWebhook:
         self._redact = redact
         self._on_sent = on_sent
 
-    async def deliver(self) -> Outcome:
+    async def deliver(self, started_at: datetime) -> Outcome:
+        # A webhook request has no Date to stamp: it goes out exactly as stored.
         return _scrubbed(await self._deliver(), self._redact)
 
     async def _deliver(self) -> Outcome:

@@ -6,6 +6,9 @@ commit has returned; every later write carries the lease token, so a worker that
 (paused, partitioned, slow) changes nothing. The worker talks to the outbox only through the
 typed ``OutboxClient``, and tells its ``Instrumentation`` (a no-op unless a test gives one) at
 each named point of a send.
+
+A job whose send window (``dispatch.send_windows``) is closed on the worker's clock, when it is
+claimed or when its send starts, is handed back until the window opens (W2), uncounted.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
 
@@ -27,8 +31,9 @@ from dispatch.backoff import BASE_DELAY, retry_delay
 from dispatch.committer import GroupCommitter
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.outbox_client import OutboxClient
+from dispatch.send_windows import UnreadableWindow, closed_until
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, OutboxStore
+from dispatch.store import ClaimedJob, Completion, Deferral, LeaseRow, OutboxStore
 from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
 
 log = logging.getLogger("herald.worker")
@@ -36,6 +41,10 @@ log = logging.getLogger("herald.worker")
 
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ class WorkerReport:
     failed: int = 0
     in_doubt: int = 0
     released: int = 0
+    outside_window: int = 0  # claims handed back until their send window opens (W2)
     lost_leases: int = 0
     recovered: int = 0
 
@@ -82,10 +92,13 @@ class Worker:
         *,
         instrumentation: Instrumentation = NULL_INSTRUMENTATION,
         store: OutboxStore | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         """``instrumentation`` watches the named points of every send (the transports take
-        theirs separately); ``store`` defaults to this engine's ``OutboxStore``."""
+        theirs separately); ``store`` defaults to this engine's ``OutboxStore``; ``clock``
+        (aware UTC) is what send windows are checked against."""
         self.config = config or WorkerConfig()
+        self.clock = clock
         self.transports = transports
         self.store = store or OutboxStore(engine.dialect.name)
         self.committer = GroupCommitter(
@@ -187,6 +200,8 @@ class Worker:
             await asyncio.wait_for(self._wake.wait(), timeout=max(0.01, timeout))
 
     async def _claim(self, room: int) -> list[ClaimedJob]:
+        """Claim up to ``room`` jobs; the ones that may go out now join the backlog and are
+        returned (those outside their send window are handed back at once)."""
         try:
             jobs = await self.outbox.claim(room)
         except Exception as exc:
@@ -200,8 +215,40 @@ class Worker:
         self.report.claimed += len(jobs)
         if jobs:
             await self.instrumentation.after_claim_commit(jobs)
-        self._backlog.extend(jobs)
-        return jobs
+        deferrals = self._outside_window(jobs)
+        if deferrals:
+            await self._defer(deferrals)
+        deferred = {d.lease[0] for d in deferrals}
+        ready = [job for job in jobs if job.id not in deferred]
+        self._backlog.extend(ready)
+        return ready
+
+    def _outside_window(self, jobs: list[ClaimedJob]) -> list[Deferral]:
+        """A deferral for each job whose send window is closed now (unreadable ones are left
+        to ``_send``, which fails them)."""
+        now = self.clock()
+        deferrals = []
+        for job in jobs:
+            with contextlib.suppress(UnreadableWindow):
+                opens = closed_until(job.send_window, now)
+                if opens is not None:
+                    deferrals.append(Deferral(job.lease, opens))
+        return deferrals
+
+    async def _defer(self, deferrals: list[Deferral]) -> None:
+        """W2 for these claims. They are never sent by this worker, whatever the outcome: if
+        the write fails, the claims lapse and recovery gives them back (R1)."""
+        for deferral in deferrals:
+            self._held.pop(deferral.lease[0], None)
+            self._lease_deadline.pop(deferral.lease[0], None)
+        try:
+            deferred = await self.outbox.defer(deferrals)
+        except Exception as exc:
+            log.warning(
+                "handing back %d claims outside their window failed: %s", len(deferrals), exc
+            )
+            return
+        self.report.outside_window += len(deferred)
 
     async def _has_work(self) -> bool:
         try:
@@ -238,6 +285,14 @@ class Worker:
                 before_data=True,
             )
             return
+        try:
+            opens = closed_until(job.send_window, self.clock())
+        except UnreadableWindow as exc:
+            await self._finish(job, Outcome(Verdict.FAILED, None, str(exc)), before_data=True)
+            return
+        if opens is not None:  # the window closed while the job waited in the backlog
+            await self._defer([Deferral(job.lease, opens)])
+            return
         envelope = Envelope(
             job_id=job.id,
             key=job.key,
@@ -267,33 +322,40 @@ class Worker:
             await prepared.abandon()
             await self._release(job)
             return
-        if not await self._start_send(job):
+        started_at = await self._start_send(job)
+        if started_at is None:
             await prepared.abandon()
             await self._settle(job)
             return
         self._past_t4.add(job.id)
         await self.instrumentation.after_t4_commit(job)
-        outcome = await prepared.deliver()
+        outcome = await prepared.deliver(started_at)
         if outcome.verdict is Verdict.SENT:
             await self.instrumentation.after_250_before_t5(job)
         await self._finish(job, outcome, before_data=False)
         await self.instrumentation.after_t5_commit(job)
 
-    async def _start_send(self, job: ClaimedJob) -> bool:
-        """T4, and the rule for a commit whose outcome is unknown: re-read before sending."""
+    async def _start_send(self, job: ClaimedJob) -> datetime | None:
+        """T4, and the rule for a commit whose outcome is unknown: re-read before sending.
+
+        Returns when the job crossed T4 (the message's Date), or None if it may not go out.
+        """
         await self.instrumentation.before_t4(job)
         while True:
             try:
                 return await self.outbox.start_send(job.lease)
             except Exception as exc:
                 log.warning("T4 commit failed for job %s: %s; re-reading", job.id, exc)
-            state = await self._reread(job)
-            if state == State.SENDING.value:
-                return True  # our T4 did commit: the row carries our token in sending
+            row = await self._reread(job)
+            state = None if row is None else row.state
+            if row is not None and row.state == State.SENDING.value:
+                # Our T4 did commit: the row carries our token in sending, and the moment
+                # it recorded, so the Date is the one a successful commit would have given.
+                return row.send_started_at or self.clock()
             if state != State.CLAIMED.value or not self._lease_left(job):
-                return False
+                return None
 
-    async def _reread(self, job: ClaimedJob) -> str | None:
+    async def _reread(self, job: ClaimedJob) -> LeaseRow | None:
         while self._lease_left(job):
             try:
                 return await self.outbox.lease_state(job.lease)
@@ -325,8 +387,8 @@ class Worker:
                 applied = await self.outbox.complete(completion)
                 if not applied and failed_before:
                     # An earlier attempt may have committed with its acknowledgement lost.
-                    state = await self.outbox.lease_state(job.lease)
-                    applied = state == completion.target.value
+                    row = await self.outbox.lease_state(job.lease)
+                    applied = row is not None and row.state == completion.target.value
                 break
             except Exception as exc:
                 failed_before = True

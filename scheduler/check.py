@@ -32,8 +32,9 @@ from scheduler.compose import (
     CompiledWebhook,
     CompileFailures,
     compile_steps,
-    compose_job,
+    compose_broadcast,
 )
+from scheduler.planning import Planner
 from scheduler.snapshot import (
     discard_unused_snapshot,
     ensure_snapshot,
@@ -56,12 +57,15 @@ def check_campaign(
     environ: Mapping[str, str] | None = None,
     count_duplicates: bool = True,
     spool: JobSpool | None = None,
+    require_recipients: bool = True,
 ) -> CheckReport:
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
     size — the outbox's unique key makes a duplicate address a no-op anyway.
 
     With a ``spool`` (launch), every composed job is kept in it for fan-out, which then does
     not compose it again; the spool is marked complete when the check passes.
+    ``require_recipients=False`` (a scheduled or enrollment campaign: the list of a later
+    occurrence, or later enrollments, may fill it) accepts an empty audience.
     """
     if spool is not None and count_duplicates:
         raise ValueError("a spool needs every row composed: pass count_duplicates=False")
@@ -82,6 +86,7 @@ def check_campaign(
     data_file = places.data_file()
     strict = source is None or source.strict
     seen = MailboxDeduper()
+    planner = Planner(loaded.spec)
     position = 0
     for item in _audience(loaded, occurrence_at, engine):
         position += 1
@@ -103,9 +108,9 @@ def check_campaign(
                     where = f"{item.where} ({item.email})"
                     report.duplicate_rows.append((where, first))
                 continue
-        for step in steps:
+        for index, step in enumerate(steps):
             try:
-                job = compose_job(loaded, step, item, occurrence_at)
+                job = compose_broadcast(loaded, planner, index, step, item, occurrence_at)
             except TemplateError as exc:
                 where = f"{item.where} ({item.email})"
                 report.add(places.step_problem(step.spec.id, exc, where=where, file=data_file))
@@ -115,7 +120,7 @@ def check_campaign(
                 spool.add_job(position, job)
         if progress is not None:
             progress(1)
-    if report.recipients == 0 and report.problem_count == 0:
+    if report.recipients == 0 and report.problem_count == 0 and require_recipients:
         report.add(
             Problem(
                 "audience",
@@ -137,6 +142,8 @@ def check_campaign(
 def _audience(
     loaded: LoadedCampaign, occurrence_at: datetime, engine: Engine | None
 ) -> Iterator[Recipient | RowProblem]:
+    if loaded.spec.audience is None:
+        return iter(())  # enrollment: manual: recipients come one at a time (`herald enroll`)
     if engine is None or url_audience(loaded) is None:
         return iter_audience(loaded)
     return iter_snapshot(engine, ensure_snapshot(engine, loaded, occurrence_at))

@@ -17,6 +17,7 @@ from campaigns.spec import LoadedCampaign, StepSpec, WebhookStepSpec
 from dispatch.keys import KeyTuple, message_id
 from dispatch.store import NewJob
 from dispatch.webhook import WebhookRequest
+from scheduler.planning import Planner, recipient_zone
 from templates.errors import TemplateError
 from templates.json_body import JsonBodyTemplate
 from templates.mime import build_message
@@ -94,8 +95,16 @@ def compose_job(
     step: CompiledStep,
     recipient: Recipient,
     occurrence_at: datetime,
+    *,
+    not_before: datetime | None = None,
+    send_window: str | None = None,
 ) -> NewJob:
-    """Render one message. Raises TemplateError for this recipient's rendering problem."""
+    """Render one message. Raises TemplateError for this recipient's rendering problem.
+
+    ``not_before``: when the step is planned for this recipient (scheduler.planning); without
+    it, ``after`` counted from the occurrence. ``send_window``: the window the worker must
+    send it in (SendWindow JSON), or None.
+    """
     spec = loaded.spec
     # The key names the mailbox, not the spelling: every spelling of one mailbox gets one key.
     # For the usual lower-case dot-atom address the identity is the normal form, so those keys
@@ -104,7 +113,8 @@ def compose_job(
     key_tuple = KeyTuple(spec.name, step.spec.id, occurrence_at, mailbox)
     key = key_tuple.key()
     mid = message_id(key, spec.sender.domain())
-    not_before = occurrence_at + step.spec.after
+    if not_before is None:
+        not_before = occurrence_at + step.spec.after
     variables = template_variables(recipient)
     if isinstance(step, CompiledWebhook):
         payload = WebhookRequest(
@@ -124,7 +134,6 @@ def compose_job(
             content=step.template.render(variables),
             message_id=mid,
             key=key,
-            date=not_before,
         )
         in_doubt_policy = "hold"  # email is never resent automatically (docs/design.md §5)
     return NewJob(
@@ -142,4 +151,26 @@ def compose_job(
         not_before=not_before,
         max_send_attempts=spec.max_attempts,
         in_doubt_policy=in_doubt_policy,
+        send_window=send_window,
+    )
+
+
+def compose_broadcast(
+    loaded: LoadedCampaign,
+    planner: Planner,
+    index: int,
+    step: CompiledStep,
+    recipient: Recipient,
+    occurrence_at: datetime,
+) -> NewJob:
+    """Step ``index`` of an occurrence for one recipient, planned on the chain of the
+    occurrence's steps (scheduler.planning) in the recipient's zone."""
+    planned = planner.broadcast(occurrence_at, recipient_zone(recipient.variables))[index]
+    return compose_job(
+        loaded,
+        step,
+        recipient,
+        occurrence_at,
+        not_before=planned.not_before,
+        send_window=planned.send_window,
     )

@@ -26,13 +26,14 @@ from campaigns.errors import AudienceError
 from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignStore
 from dispatch.store import NewJob, OutboxStore
-from scheduler.compose import CompiledStep, compile_steps, compose_job
+from scheduler.compose import CompiledStep, compile_steps, compose_broadcast
+from scheduler.planning import Planner
 from scheduler.snapshot import (
     discard_unused_snapshot,
     ensure_snapshot,
     iter_snapshot,
     refuse_strict_rejects,
-    url_audience,
+    snapshotted,
 )
 from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
@@ -61,11 +62,15 @@ def materialise(
     replace_pending: bool = False,
     progress: Callable[[int], None] | None = None,
     composed: JobSpool | None = None,
+    per_occurrence: bool = False,
+    takeover_after: float | None = None,
 ) -> FanoutResult:
     """Fan out every step of one occurrence. Templates must already have passed check.
 
     ``composed``: the complete spool of a check of this very occurrence (same campaign
     definition, same ``occurrence_at``); its jobs are enqueued as they are.
+    ``per_occurrence`` (a scheduled trigger): a CSV audience is snapshotted for the occurrence
+    too; ``takeover_after``: see scheduler.snapshot.ensure_snapshot.
     """
     if composed is not None and not composed.complete:
         raise ValueError("fan-out from an incomplete spool: its check failed or did not finish")
@@ -73,21 +78,28 @@ def materialise(
     occurrences = OccurrenceStore(engine.dialect.name)
     result = FanoutResult()
     steps = compile_steps(loaded)
+    planner = Planner(loaded.spec)
     stream: Callable[[CompiledStep], Iterator[Item]]
     if composed is not None:
         spool = composed
         stream = lambda step: spool.entries(step.spec.id)  # noqa: E731
     else:
-        audience = prepare_audience(engine, loaded, occurrence_at)
+        audience = prepare_audience(
+            engine,
+            loaded,
+            occurrence_at,
+            per_occurrence=per_occurrence,
+            takeover_after=takeover_after,
+        )
         stream = lambda _step: audience_entries(audience(None))  # noqa: E731
-    for step in steps:
+    for index, step in enumerate(steps):
         skipped = _fan_out_step(
             engine,
             outbox,
             occurrences,
             loaded,
             stream,
-            step,
+            _Step(index, step, planner),
             occurrence_at,
             batch_size,
             replace_pending,
@@ -100,11 +112,19 @@ def materialise(
     return result
 
 
-def prepare_audience(engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime) -> Audience:
-    """The occurrence's audience as a re-iterable source (a URL one is snapshotted first)."""
-    if url_audience(loaded) is None:
+def prepare_audience(
+    engine: Engine,
+    loaded: LoadedCampaign,
+    occurrence_at: datetime,
+    *,
+    per_occurrence: bool = False,
+    takeover_after: float | None = None,
+) -> Audience:
+    """The occurrence's audience as a re-iterable source (snapshotted first if it is read per
+    occurrence: a URL one, or a scheduled campaign's CSV)."""
+    if not snapshotted(loaded, per_occurrence=per_occurrence):
         return lambda _conn: iter_audience(loaded)
-    snapshot = ensure_snapshot(engine, loaded, occurrence_at)
+    snapshot = ensure_snapshot(engine, loaded, occurrence_at, takeover_after=takeover_after)
     try:
         refuse_strict_rejects(loaded, snapshot)
     except AudienceError:
@@ -124,13 +144,20 @@ def audience_entries(items: Iterable[Recipient | RowProblem]) -> Iterator[Item]:
         yield position, None if isinstance(item, RowProblem) else item
 
 
+@dataclass(frozen=True)
+class _Step:
+    index: int
+    compiled: CompiledStep
+    planner: Planner
+
+
 def _fan_out_step(
     engine: Engine,
     outbox: OutboxStore,
     occurrences: OccurrenceStore,
     loaded: LoadedCampaign,
     stream: Callable[[CompiledStep], Iterator[Item]],
-    step: CompiledStep,
+    planned: _Step,
     occurrence_at: datetime,
     batch_size: int,
     replace_pending: bool,
@@ -138,6 +165,7 @@ def _fan_out_step(
     result: FanoutResult,
 ) -> int:
     """Fan out one step; returns how many audience rows were skipped as unusable."""
+    step = planned.compiled
     name = loaded.spec.name
     campaigns = CampaignStore(engine.dialect.name)
     with engine.begin() as conn:
@@ -184,7 +212,9 @@ def _fan_out_step(
             result.existing_jobs += 1
             continue
         if isinstance(entry, Recipient):
-            entry = compose_job(loaded, step, entry, occurrence_at)
+            entry = compose_broadcast(
+                loaded, planned.planner, planned.index, step, entry, occurrence_at
+            )
         batch.append(entry)
         if len(batch) >= batch_size:
             flush()

@@ -27,7 +27,7 @@ from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignRow
 from dispatch.store import NewJob, OutboxStore
 from dispatch.supersede import VersionReport, VersionStore
-from scheduler.compose import CompiledStep, compile_steps, compose_job
+from scheduler.compose import CompiledStep, compile_steps, compose_broadcast
 from scheduler.fanout import (
     BATCH_SIZE,
     Audience,
@@ -36,6 +36,7 @@ from scheduler.fanout import (
     audience_entries,
     prepare_audience,
 )
+from scheduler.planning import Planner
 from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
 
@@ -98,7 +99,8 @@ class NewVersionFanout:
             self.result.existing_jobs += len(batch) - created
             batch.clear()
 
-        for step in self._steps:
+        planner = Planner(self.loaded.spec)
+        for index, step in enumerate(self._steps):
             occurrence = occurrences.open(conn, campaign.name, step.spec.id, self.occurrence_at)
             position = skipped = 0
             for position, entry in self._entries(conn, step):
@@ -106,7 +108,9 @@ class NewVersionFanout:
                     skipped += 1
                     continue
                 job = (
-                    compose_job(self.loaded, step, entry, self.occurrence_at)
+                    compose_broadcast(
+                        self.loaded, planner, index, step, entry, self.occurrence_at
+                    )
                     if isinstance(entry, Recipient)
                     else entry
                 )

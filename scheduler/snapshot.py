@@ -1,4 +1,4 @@
-"""URL audiences are snapshotted with the occurrence: fetched once, fanned out from the database.
+"""Audiences are snapshotted with the occurrence: read once, fanned out from the database.
 
 A remote list changes between two requests, so fanning out straight from the URL would make a
 re-run after a crash (or a relaunch) send to a different list than the first run. Instead the
@@ -8,9 +8,16 @@ transaction each, while it downloads (constant memory). Only when the last batch
 snapshot marked complete; fan-out reads only complete snapshots, by position, and a relaunch
 reuses one instead of fetching again.
 
+The same holds for the CSV file of a scheduled campaign (``per_occurrence``): its spec hash
+leaves the CSV out, since each occurrence reads the list of its day, so the file may change
+between a crash and the resumed fan-out; the occurrence's snapshot is what it resumes from. A
+launch campaign's CSV is part of its hash (a changed file is refused), so it is read directly.
+
 A snapshot left unfinished by a crash is taken over by the next launch (rows deleted, fetched
-again): nothing can have been fanned out from it. The campaign's spec hash covers the YAML and
-templates, not the remote content, so a changed remote list never blocks a relaunch.
+again): nothing can have been fanned out from it. A scheduler takes over only a snapshot
+nobody has written for ``takeover_after`` seconds: a fresh one is another scheduler's work in
+progress (SnapshotBusy), to be reused once complete. The campaign's spec hash covers the YAML
+and templates, not the remote content, so a changed remote list never blocks a relaunch.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -30,7 +38,7 @@ from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.audience_formats import Unit
 from campaigns.audience_url import AudienceUnavailable, open_url_audience
 from campaigns.errors import AudienceError
-from campaigns.spec import LoadedCampaign, UrlAudience
+from campaigns.spec import CsvAudience, LoadedCampaign, UrlAudience
 from scheduler.store import SnapshotStore
 
 SNAPSHOT_BATCH: Final = 1000  # rows per transaction while fetching, and per page when reading
@@ -49,29 +57,83 @@ class Snapshot:
         return "element" if self.format == "json" else "line"
 
 
+class SnapshotBusy(Exception):
+    """Another process is writing this occurrence's snapshot right now: try again later."""
+
+
 def url_audience(loaded: LoadedCampaign) -> UrlAudience | None:
     audience = loaded.spec.audience
     return audience if isinstance(audience, UrlAudience) else None
 
 
-def ensure_snapshot(
-    engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime, *, batch: int = SNAPSHOT_BATCH
-) -> Snapshot:
-    """The occurrence's complete snapshot, fetching the audience now if there is none yet."""
+def snapshotted(loaded: LoadedCampaign, *, per_occurrence: bool = False) -> bool:
+    """Whether an occurrence fans out from a snapshot: a URL audience always; a CSV audience
+    when each occurrence reads its own list (``per_occurrence``: a scheduled trigger)."""
+    audience = loaded.spec.audience
+    return isinstance(audience, UrlAudience) or (
+        per_occurrence and isinstance(audience, CsvAudience)
+    )
+
+
+@dataclass(frozen=True)
+class _Read:
+    format: str
+    items: Iterator[Recipient | RowProblem]
+
+
+def _open_source(loaded: LoadedCampaign) -> AbstractContextManager[_Read]:
     source = url_audience(loaded)
-    if source is None:
-        raise ValueError(f"campaign {loaded.spec.name!r} has no URL audience")
+    if source is not None:
+        return _fetched(source)
+    # A CSV file (iter_audience opens it now: a missing file is reported before any write).
+    return contextlib.nullcontext(_Read("csv", iter_audience(loaded)))
+
+
+@contextlib.contextmanager
+def _fetched(source: UrlAudience) -> Iterator[_Read]:
+    with open_url_audience(source) as fetched:
+        yield _Read(fetched.format, fetched.items)
+
+
+def _written(loaded: LoadedCampaign) -> str:
+    """The source as the campaign wrote it (a URL's credentials live in headers, not here)."""
+    audience = loaded.spec.audience
+    if isinstance(audience, UrlAudience):
+        return audience.url
+    if isinstance(audience, CsvAudience):
+        return audience.csv
+    raise ValueError(f"campaign {loaded.spec.name!r} has no URL or CSV audience")
+
+
+def ensure_snapshot(
+    engine: Engine,
+    loaded: LoadedCampaign,
+    occurrence_at: datetime,
+    *,
+    batch: int = SNAPSHOT_BATCH,
+    takeover_after: float | None = None,
+) -> Snapshot:
+    """The occurrence's complete snapshot, reading the audience now if there is none yet.
+
+    ``takeover_after``: take over an unfinished snapshot only if nobody wrote to it for that
+    many seconds (raises SnapshotBusy otherwise); None takes it over at once (a launch).
+    """
+    written = _written(loaded)
     name = loaded.spec.name
     store = SnapshotStore(engine.dialect.name)
     token = uuid.uuid4().hex
     with engine.begin() as conn:
-        found = store.begin(conn, name, occurrence_at, token=token, url=source.url)
+        found = store.begin(
+            conn, name, occurrence_at, token=token, url=written, stale_after=takeover_after
+        )
     if found.complete:
         return Snapshot(
             name, occurrence_at, found.format or "", found.row_count, found.reject_count
         )
+    if found.token != token:
+        raise SnapshotBusy(f"the audience of {name!r} at {occurrence_at.isoformat()} is being read")
     try:
-        snapshot = _fetch_into(engine, store, source, name, occurrence_at, token, batch)
+        snapshot = _fetch_into(engine, store, loaded, name, occurrence_at, token, batch)
     except BaseException:
         # Leave nothing half-written behind (a hard crash can; the next launch takes it over).
         with contextlib.suppress(Exception), engine.begin() as conn:
@@ -83,7 +145,7 @@ def ensure_snapshot(
 def _fetch_into(
     engine: Engine,
     store: SnapshotStore,
-    source: UrlAudience,
+    loaded: LoadedCampaign,
     name: str,
     occurrence_at: datetime,
     token: str,
@@ -91,7 +153,8 @@ def _fetch_into(
 ) -> Snapshot:
     rows: list[dict[str, Any]] = []
     total = rejects = batch_rejects = 0
-    with open_url_audience(source) as fetched:
+    source = _written(loaded)
+    with _open_source(loaded) as fetched:
 
         def flush() -> None:
             nonlocal batch_rejects
@@ -125,11 +188,11 @@ def _fetch_into(
         return Snapshot(name, occurrence_at, fetched.format, total, rejects)
 
 
-def _taken_over(source: UrlAudience) -> AudienceUnavailable:
+def _taken_over(source: str) -> AudienceUnavailable:
     return AudienceUnavailable(
-        "another launch of this occurrence took over its audience snapshot",
-        file=source.url,
-        hint="run the command again: it reuses the other launch's snapshot once complete",
+        "another launch or scheduler took over this occurrence's audience snapshot",
+        file=source,
+        hint="run the command again: it reuses the other one's snapshot once complete",
     )
 
 
@@ -186,10 +249,11 @@ def iter_snapshot(
 
 
 def audience_for_occurrence(
-    engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime
+    engine: Engine, loaded: LoadedCampaign, occurrence_at: datetime, *, per_occurrence: bool = False
 ) -> Iterator[Recipient | RowProblem]:
-    """What an occurrence fans out to: the snapshot for a URL audience, else the source."""
-    if url_audience(loaded) is None:
+    """What an occurrence fans out to: its snapshot if it has one (see ``snapshotted``), else
+    the source."""
+    if not snapshotted(loaded, per_occurrence=per_occurrence):
         return iter_audience(loaded)
     return iter_snapshot(engine, ensure_snapshot(engine, loaded, occurrence_at))
 

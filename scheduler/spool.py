@@ -64,6 +64,7 @@ class JobSpool:
             job.max_claims,
             job.in_doubt_policy,
             job.mailbox,
+            job.send_window,
         ]
         self._write(job.step, fields, zlib.compress(job.payload, 1))
         self._counts[job.step] += 1
@@ -117,7 +118,7 @@ class JobSpool:
 
 def _job(fields: list[object], payload: bytes) -> NewJob:
     (_, key, key_tuple, campaign, step, occurrence_at, channel, sender, recipient, message_id,
-     not_before, max_send_attempts, max_claims, in_doubt_policy, mailbox) = fields  # fmt: skip
+     not_before, max_send_attempts, max_claims, in_doubt_policy, mailbox, window) = fields  # fmt: skip
     return NewJob(
         key=str(key),
         key_tuple=str(key_tuple),
@@ -134,4 +135,5 @@ def _job(fields: list[object], payload: bytes) -> NewJob:
         max_claims=int(str(max_claims)),
         in_doubt_policy=str(in_doubt_policy),
         mailbox=None if mailbox is None else str(mailbox),
+        send_window=None if window is None else str(window),
     )

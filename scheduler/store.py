@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from dbtypes import db_now
+from dbtypes import db_now, db_now_plus, seconds
 from scheduler.models import audience_fetch_table, audience_snapshot_table, occurrence_table
 
 Occ = occurrence_table.c
@@ -126,12 +126,21 @@ class SnapshotStore:
         return FetchRow(row.state, row.token, row.format, row.row_count, row.reject_count)
 
     def begin(
-        self, conn: sa.Connection, campaign: str, occurrence_at: datetime, *, token: str, url: str
+        self,
+        conn: sa.Connection,
+        campaign: str,
+        occurrence_at: datetime,
+        *,
+        token: str,
+        url: str,
+        stale_after: float | None = None,
     ) -> FetchRow:
         """Start writing the snapshot under ``token``, or return the complete one.
 
         An unfinished snapshot (its writer crashed, or is still at it) is taken over: its rows
-        are deleted and its token replaced, in this one transaction.
+        are deleted and its token replaced, in this one transaction. With ``stale_after``, only
+        if its writer wrote nothing for that many seconds (database clock); otherwise the
+        returned row carries the other writer's token.
         """
         insert = (postgresql.insert if self.is_postgres else sqlite.insert)(audience_fetch_table)
         conn.execute(
@@ -145,9 +154,19 @@ class SnapshotStore:
                 reject_count=0,
             ).on_conflict_do_nothing(index_elements=["campaign", "occurrence_at"])
         )
+        stale = (
+            []
+            if stale_after is None
+            else [
+                sa.or_(
+                    Fetch.token == token,  # just inserted by us
+                    Fetch.updated_at < db_now_plus(seconds(-stale_after)),
+                )
+            ]
+        )
         taken = conn.execute(
             sa.update(audience_fetch_table)
-            .where(*self._key(campaign, occurrence_at), Fetch.state == "fetching")
+            .where(*self._key(campaign, occurrence_at), Fetch.state == "fetching", *stale)
             .values(token=token, url=url, row_count=0, reject_count=0, updated_at=db_now())
         )
         if taken.rowcount:

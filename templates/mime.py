@@ -2,7 +2,8 @@
 
 The bytes are stored in the outbox when a send job is materialised and sent unchanged on every
 attempt, so identical inputs must give identical bytes: the MIME boundary is derived from the
-Message-ID instead of being random.
+Message-ID instead of being random. They carry no ``Date``: a message rendered today may go out
+next week, so the worker adds ``Date`` when the message is sent (``dispatch.message_date``).
 
 Bodies are kept 7-bit clean (quoted-printable when they are not plain short-lined ASCII) and
 headers RFC 2047-encoded, so the message is valid whether or not the receiving server offers
@@ -28,10 +29,8 @@ import binascii
 import hashlib
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from email.errors import MessageError
 from email.headerregistry import Address, HeaderRegistry
-from email.utils import format_datetime
 from functools import lru_cache
 from typing import Literal
 
@@ -40,7 +39,8 @@ from templates.render import RenderedContent, header_value_problem
 
 KEY_HEADER = "X-Herald-Key"
 
-# The headers build_message writes itself; an extra header may not duplicate or override them.
+# The headers build_message writes itself, and Date, which the worker adds when it sends the
+# message; an extra header may not duplicate or override them.
 _OWN_HEADERS = frozenset(
     name.lower()
     for name in (
@@ -106,13 +106,10 @@ def build_message(
     content: RenderedContent,
     message_id: str,
     key: str,
-    date: datetime,
     extra_headers: Mapping[str, str] | None = None,
 ) -> bytes:
-    """Return the complete RFC 5322 message, _CRLF line endings, for one recipient.
-
-    A naive ``date`` is taken as UTC, the only zone Herald stores times in.
-    """
+    """Return the complete RFC 5322 message but its ``Date``, _CRLF line endings, for one
+    recipient. The worker adds ``Date`` when it sends it (``dispatch.message_date``)."""
     extra = dict(extra_headers or {})
     _check_header_values(
         {
@@ -140,9 +137,6 @@ def build_message(
     if reply_to is not None:
         lines.append(_address_field("Reply-To", reply_to, None))
     lines.append(_text_field("Subject", content.subject))
-    lines.append(
-        f"Date: {format_datetime(date if date.tzinfo else date.replace(tzinfo=UTC))}{_CRLF}"
-    )
     lines.append(_verbatim_field("Message-ID", message_id))
     lines.append(f"MIME-Version: 1.0{_CRLF}")
     lines.append(_verbatim_field(KEY_HEADER, key))

@@ -94,6 +94,12 @@ NOTES: dict[str, tuple[str, str]] = {
         "The worker gives back claims it will not start (shutdown, or a transport that cannot "
         "be used as configured), without counting the claim.",
     ),
+    "W2": (
+        "worker, at claim and again when the send starts",
+        "The job's send window (`send_job.send_window`) is closed on the worker's clock (a "
+        "retry's backoff or a wait moved it outside): back to pending with `not_before` at the "
+        "window's next opening, without counting the claim.",
+    ),
     "R1": (
         "recovery (any worker's loop, `herald recover`)",
         "A claim whose lease expired before T4: nothing can have been sent, so back to pending.",
@@ -152,6 +158,12 @@ NOTES: dict[str, tuple[str, str]] = {
         "scheduler (`herald launch --force-new-version`)",
         "A key an earlier version removed is back: the cancelled job is re-armed with the new "
         "content.",
+    ),
+    "T14": (
+        "scheduler (a pass that re-reads an enrollment campaign's audience)",
+        "A drip recipient left the audience: the step's job not yet past T4 is cancelled with "
+        "the reason as its outcome; a claim is fenced because its T4 needs state `claimed`. A "
+        "job already sending goes out.",
     ),
 }
 

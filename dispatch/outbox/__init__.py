@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from dispatch.outbox.contract import Outbox
 from dispatch.outbox.gate import CAMPAIGN_GATE, CampaignGate
-from dispatch.outbox.jobs import ClaimedJob, Completion, Lease, NewJob, RecoveryReport, payload_hash
+from dispatch.outbox.jobs import (
+    ClaimedJob,
+    Completion,
+    Deferral,
+    Lease,
+    LeaseRow,
+    NewJob,
+    RecoveryReport,
+    payload_hash,
+)
 from dispatch.outbox.memory import MemoryOutbox, MemoryTx
 from dispatch.outbox.sql import SqlOutbox
 
@@ -22,7 +31,9 @@ __all__ = [
     "CampaignGate",
     "ClaimedJob",
     "Completion",
+    "Deferral",
     "Lease",
+    "LeaseRow",
     "MemoryOutbox",
     "MemoryTx",
     "NewJob",

@@ -1,4 +1,5 @@
-"""Getting work into and out of the queue: enqueue (T1), claim (T2), heartbeat (T3)."""
+"""Getting work into and out of the queue: enqueue (T1), claim (T2), heartbeat (T3), and the
+scheduler withdrawing work it enqueued (T14)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from dbtypes import UtcTimestamp, db_now, db_now_plus, seconds
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.jobs import ClaimedJob, Lease, NewJob, payload_hash
-from dispatch.outbox.sqlcore import J, guard, journal, leases_in
+from dispatch.outbox.send import in_order
+from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
 from dispatch.states import LEASED, State, T, performs
+
+KEYS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
 
 
 class ClaimOps(SqlBase):
@@ -48,6 +52,7 @@ class ClaimOps(SqlBase):
                 "payload_hash": payload_hash(job.payload),
                 "state": T.ENQUEUE.target.value,
                 "not_before": job.not_before,
+                "send_window": job.send_window,
                 "claims": 0,
                 "max_claims": job.max_claims,
                 "send_attempts": 0,
@@ -79,6 +84,7 @@ class ClaimOps(SqlBase):
                     payload=sa.bindparam("b_payload"),
                     payload_hash=sa.bindparam("b_hash"),
                     not_before=sa.bindparam("b_not_before", type_=UtcTimestamp()),
+                    send_window=sa.bindparam("b_window"),
                     max_send_attempts=sa.bindparam("b_max"),
                     updated_at=db_now(),
                 ),
@@ -89,6 +95,7 @@ class ClaimOps(SqlBase):
                         "b_hash": v["payload_hash"],
                         "b_payload": v["payload"],
                         "b_not_before": v["not_before"],
+                        "b_window": v["send_window"],
                         "b_max": v["max_send_attempts"],
                     }
                     for v in values
@@ -139,6 +146,7 @@ class ClaimOps(SqlBase):
             J.send_attempts,
             J.max_send_attempts,
             J.not_before,
+            J.send_window,
         )
         rows = self.forms.journalled(conn, update, T.CLAIM, actor=owner, returning=columns)
         rows.sort(key=lambda r: (r.not_before, r.id))
@@ -157,9 +165,41 @@ class ClaimOps(SqlBase):
                 claims=r.claims,
                 send_attempts=r.send_attempts,
                 max_send_attempts=r.max_send_attempts,
+                send_window=r.send_window,
             )
             for r in rows
         ]
+
+    @performs(T.WITHDRAWN)
+    def withdraw(self, conn: sa.Connection, keys: Sequence[str], *, reason: str, actor: str) -> int:
+        """Cancel these keys' jobs that are not yet past T4 (T14), with ``reason`` as their
+        outcome. Returns how many were withdrawn.
+
+        A claimed job is fenced as by T11: its worker's T4 needs ``state = 'claimed'`` and
+        matches nothing. A job already sending, or finished, is left as it is.
+        """
+        total = 0
+        for start in range(0, len(keys), KEYS_PER_STATEMENT):
+            chunk = list(keys[start : start + KEYS_PER_STATEMENT])
+            # One statement per source state, so each journal row names where its job came from.
+            for source in in_order(T.WITHDRAWN.sources):
+                stmt = (
+                    sa.update(send_job)
+                    .where(J.key.in_(chunk), guard(T.WITHDRAWN, source))
+                    .values(
+                        state=T.WITHDRAWN.target.value,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                        outcome_text=reason,
+                        outcome_at=db_now(),
+                        updated_at=db_now(),
+                    )
+                    .returning(J.id, J.lease_token)
+                )
+                rows = returned(conn.execute(stmt), reason)
+                journal(conn, T.WITHDRAWN, rows, actor, source=source)
+                total += len(rows)
+        return total
 
     def heartbeat(
         self, conn: sa.Connection, leases: Sequence[Lease], *, lease_seconds: float

@@ -21,7 +21,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from dispatch.outbox.jobs import ClaimedJob, Completion, Lease, NewJob, RecoveryReport
+from dispatch.outbox.jobs import (
+    ClaimedJob,
+    Completion,
+    Deferral,
+    Lease,
+    LeaseRow,
+    NewJob,
+    RecoveryReport,
+)
 from dispatch.states import State
 
 Tx = TypeVar("Tx", contravariant=True)
@@ -63,6 +71,7 @@ class Outbox(Protocol[Tx]):
     def enqueue(
         self, conn: Tx, jobs: Sequence[NewJob], *, replace_pending: bool = False
     ) -> int: ...
+    def withdraw(self, conn: Tx, keys: Sequence[str], *, reason: str, actor: str) -> int: ...
 
     # --- worker (through its committer), each guarded by the lease's token
     def claim(
@@ -71,13 +80,15 @@ class Outbox(Protocol[Tx]):
     def heartbeat(self, conn: Tx, leases: Sequence[Lease], *, lease_seconds: float) -> set[int]: ...
     def start_sends(
         self, conn: Tx, leases: Sequence[Lease], *, margin_seconds: float, actor: str
-    ) -> set[int]: ...
+    ) -> dict[int, datetime]: ...
     def settle_unstartable(
         self, conn: Tx, leases: Sequence[Lease], *, actor: str
     ) -> dict[int, State]: ...
     def complete(self, conn: Tx, completions: Sequence[Completion], *, actor: str) -> set[int]: ...
     def release_claims(self, conn: Tx, leases: Sequence[Lease], *, actor: str) -> set[int]: ...
+    def defer_claims(self, conn: Tx, deferrals: Sequence[Deferral], *, actor: str) -> set[int]: ...
     def lease_state(self, conn: Tx, leases: Sequence[Lease]) -> dict[int, str]: ...
+    def lease_rows(self, conn: Tx, leases: Sequence[Lease]) -> dict[int, LeaseRow]: ...
 
     # --- recovery
     def recover(self, conn: Tx, *, grace_seconds: float, actor: str) -> RecoveryReport: ...

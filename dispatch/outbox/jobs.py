@@ -35,6 +35,9 @@ class NewJob:
     # computed by the caller since dispatch cannot import campaigns. None stands for the
     # recipient as written (tests and benchmarks that build jobs by hand).
     mailbox: str | None = None
+    # When the message may go out (dispatch.wallclock.SendWindow.to_json), or None: any time.
+    # The worker re-checks it at claim and hands a job outside it back until it opens (W2).
+    send_window: str | None = None
 
     @property
     def mailbox_identity(self) -> str:
@@ -56,10 +59,31 @@ class ClaimedJob:
     claims: int
     send_attempts: int
     max_send_attempts: int
+    send_window: str | None = None  # NewJob.send_window, as stored
 
     @property
     def lease(self) -> Lease:
         return (self.id, self.token)
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """A job as its lease holder re-reads it, while the row still carries the lease's token
+    (a T4 commit whose outcome is unknown, a completion that may have committed)."""
+
+    state: str
+    # Set by this lease's T4 once the job is ``sending`` (or ``in_doubt``, or finished): the
+    # message's Date, identical on every re-read. A claimed row may hold an earlier lease's.
+    send_started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A claim handed back untried because its send window is closed (W2): due again when the
+    window next opens."""
+
+    lease: Lease
+    not_before: datetime
 
 
 @dataclass(frozen=True)

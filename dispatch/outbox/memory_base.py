@@ -44,6 +44,7 @@ class MemJob:
     max_claims: int
     max_send_attempts: int
     in_doubt_policy: str
+    send_window: str | None = None
     state: str = State.PENDING.value
     claims: int = 0
     send_attempts: int = 0

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dispatch.outbox.jobs import (
     COMPLETION_TRANSITIONS,
     ClaimedJob,
     Completion,
+    Deferral,
     Lease,
+    LeaseRow,
     NewJob,
     payload_hash,
 )
@@ -41,6 +43,7 @@ class MemoryWorkerOps(MemoryBase):
                 ):
                     old.payload, old.payload_hash = new.payload, digest
                     old.not_before, old.max_send_attempts = new.not_before, new.max_send_attempts
+                    old.send_window = new.send_window
                     old.updated_at = now
                 continue
             job = MemJob(
@@ -61,6 +64,7 @@ class MemoryWorkerOps(MemoryBase):
                 max_claims=new.max_claims,
                 max_send_attempts=new.max_send_attempts,
                 in_doubt_policy=new.in_doubt_policy,
+                send_window=new.send_window,
                 state=T.ENQUEUE.target.value,
                 created_at=now,
                 updated_at=now,
@@ -119,9 +123,30 @@ class MemoryWorkerOps(MemoryBase):
                     j.claims,
                     j.send_attempts,
                     j.max_send_attempts,
+                    j.send_window,
                 )
             )
         return claimed
+
+    @performs(T.WITHDRAWN)
+    def withdraw(self, conn: MemoryTx, keys: Sequence[str], *, reason: str, actor: str) -> int:
+        wanted = set(keys)
+        total = 0
+        for j in sorted(conn.data.jobs.values(), key=lambda j: j.id):
+            if j.key in wanted and State(j.state) in T.WITHDRAWN.sources:
+                self._move(
+                    conn,
+                    j,
+                    T.WITHDRAWN,
+                    actor,
+                    reason,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    outcome_text=reason,
+                    outcome_at=conn.clock(),
+                )
+                total += 1
+        return total
 
     def heartbeat(
         self, conn: MemoryTx, leases: Sequence[Lease], *, lease_seconds: float
@@ -141,9 +166,9 @@ class MemoryWorkerOps(MemoryBase):
     @performs(T.START_SEND)
     def start_sends(
         self, conn: MemoryTx, leases: Sequence[Lease], *, margin_seconds: float, actor: str
-    ) -> set[int]:
+    ) -> dict[int, datetime]:
         now = conn.clock()
-        started = set()
+        started: dict[int, datetime] = {}
         for j in self._leased(conn, leases):
             if (
                 j.state in {s.value for s in T.START_SEND.sources}
@@ -163,7 +188,7 @@ class MemoryWorkerOps(MemoryBase):
                     send_attempts=j.send_attempts + 1,
                     send_started_at=now,
                 )
-                started.add(j.id)
+                started[j.id] = now
         return started
 
     @performs(T.UNSTARTABLE_CANCELLED, T.UNSTARTABLE_FAILED, T.UNSTARTABLE_RELEASED)
@@ -255,5 +280,30 @@ class MemoryWorkerOps(MemoryBase):
                 done.add(j.id)
         return done
 
+    @performs(T.OUTSIDE_WINDOW)
+    def defer_claims(
+        self, conn: MemoryTx, deferrals: Sequence[Deferral], *, actor: str
+    ) -> set[int]:
+        done = set()
+        for deferral in deferrals:
+            for j in self._leased(conn, [deferral.lease]):
+                if State(j.state) in T.OUTSIDE_WINDOW.sources:
+                    self._move(
+                        conn,
+                        j,
+                        T.OUTSIDE_WINDOW,
+                        actor,
+                        f"outside send window; due {deferral.not_before.isoformat()}",
+                        claims=j.claims - 1,
+                        not_before=deferral.not_before,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                    )
+                    done.add(j.id)
+        return done
+
     def lease_state(self, conn: MemoryTx, leases: Sequence[Lease]) -> dict[int, str]:
         return {j.id: j.state for j in self._leased(conn, leases)}
+
+    def lease_rows(self, conn: MemoryTx, leases: Sequence[Lease]) -> dict[int, LeaseRow]:
+        return {j.id: LeaseRow(j.state, j.send_started_at) for j in self._leased(conn, leases)}

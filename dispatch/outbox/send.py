@@ -1,18 +1,20 @@
 """The worker's transitions on its own leases: T4 start send (and settling a refused T4), the
-outcomes T5–T8, and handing unstarted claims back (W1). All fenced by (id, token)."""
+outcomes T5–T8, and handing unstarted claims back (W1; W2 when their send window is closed).
+All fenced by (id, token)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from dbtypes import ForeignText, db_now, db_now_plus, seconds
+from dbtypes import ForeignText, db_now, db_now_plus, seconds, utc
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.dialect import Column
-from dispatch.outbox.jobs import COMPLETION_TRANSITIONS, Completion, Lease
+from dispatch.outbox.jobs import COMPLETION_TRANSITIONS, Completion, Deferral, Lease, LeaseRow
 from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned, suppressed
 from dispatch.states import LEASED, State, T, Transition, performs
 
@@ -26,10 +28,12 @@ class SendOps(SqlBase):
     @performs(T.START_SEND)
     def start_sends(
         self, conn: sa.Connection, leases: Sequence[Lease], *, margin_seconds: float, actor: str
-    ) -> set[int]:
-        """claimed → sending: the only door to a send. Returns the ids that may go out."""
+    ) -> dict[int, datetime]:
+        """claimed → sending: the only door to a send. Returns the ids that may go out, each
+        with the moment it crossed (``send_started_at``, on the database clock): the message's
+        ``Date``."""
         if not leases:
-            return set()
+            return {}
         batch = self.forms.batch(leases, {})
         update = (
             sa.update(send_job)
@@ -49,8 +53,10 @@ class SendOps(SqlBase):
                 updated_at=db_now(),
             )
         )
-        rows = self.forms.journalled(conn, update, T.START_SEND, actor=actor, batch=batch)
-        return {row.id for row in rows}
+        rows = self.forms.journalled(
+            conn, update, T.START_SEND, actor=actor, batch=batch, returning=(J.send_started_at,)
+        )
+        return {row.id: row.send_started_at for row in rows}
 
     @performs(T.UNSTARTABLE_CANCELLED, T.UNSTARTABLE_FAILED, T.UNSTARTABLE_RELEASED)
     def settle_unstartable(
@@ -174,10 +180,14 @@ class SendOps(SqlBase):
 
     def lease_state(self, conn: sa.Connection, leases: Sequence[Lease]) -> dict[int, str]:
         """Current state of the rows that still carry these tokens (for commit-unknown checks)."""
+        return {job_id: row.state for job_id, row in self.lease_rows(conn, leases).items()}
+
+    def lease_rows(self, conn: sa.Connection, leases: Sequence[Lease]) -> dict[int, LeaseRow]:
+        """State and ``send_started_at`` of the rows that still carry these tokens."""
         if not leases:
             return {}
-        rows = conn.execute(sa.select(J.id, J.state).where(leases_in(leases)))
-        return {row.id: row.state for row in rows}
+        rows = conn.execute(sa.select(J.id, J.state, J.send_started_at).where(leases_in(leases)))
+        return {row.id: LeaseRow(row.state, row.send_started_at) for row in rows}
 
     @performs(T.RELEASE)
     def release_claims(
@@ -207,3 +217,36 @@ class SendOps(SqlBase):
         done = returned(conn.execute(stmt), "released at shutdown")
         journal(conn, T.RELEASE, done, actor)
         return {i for i, _, _ in done}
+
+    @performs(T.OUTSIDE_WINDOW)
+    def defer_claims(
+        self, conn: sa.Connection, deferrals: Sequence[Deferral], *, actor: str
+    ) -> set[int]:
+        """Hand back claims whose send window is closed, each due again at its window's next
+        opening, guarded by token. Like W1, the claim is not counted: waiting for a window is
+        not a sign of a job that kills its workers.
+        """
+        by_time: dict[datetime, list[Lease]] = {}
+        for deferral in deferrals:
+            by_time.setdefault(deferral.not_before, []).append(deferral.lease)
+        done: set[int] = set()
+        # Jobs of one window share its next opening: one statement per distinct opening.
+        for not_before, leases in sorted(by_time.items()):
+            why = f"outside send window; due {not_before.isoformat()}"
+            stmt = (
+                sa.update(send_job)
+                .where(leases_in(leases), guard(T.OUTSIDE_WINDOW))
+                .values(
+                    state=T.OUTSIDE_WINDOW.target.value,
+                    claims=J.claims - 1,
+                    not_before=utc(not_before),
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=db_now(),
+                )
+                .returning(J.id, J.lease_token)
+            )
+            rows = returned(conn.execute(stmt), why)
+            journal(conn, T.OUTSIDE_WINDOW, rows, actor)
+            done |= {job_id for job_id, _, _ in rows}
+        return done

@@ -131,6 +131,7 @@ class VersionStore:
                     "b_recipient": job.recipient,
                     "b_hash": digest,
                     "b_not_before": job.not_before,
+                    "b_window": job.send_window,
                     "b_max": job.max_send_attempts,
                 }
             )
@@ -147,6 +148,7 @@ class VersionStore:
                 recipient=sa.bindparam("b_recipient"),
                 payload_hash=sa.bindparam("b_hash"),
                 not_before=sa.bindparam("b_not_before", type_=J.not_before.type),
+                send_window=sa.bindparam("b_window"),
                 max_send_attempts=sa.bindparam("b_max"),
                 superseded_at=None,
                 # Every target (pending, failed, in_doubt) is a state without a lease.

@@ -4,6 +4,12 @@
 launch time the campaign will really use) keeps each composed job in a spool on disk, and the
 fan-out enqueues them from there (scheduler.spool). Nothing is written to the outbox unless
 every message rendered.
+
+A campaign with a ``start_at``, ``schedule`` or ``enrollment`` trigger is checked (against
+today's audience, which may be empty: a later occurrence or enrollment may fill it), registered
+with the file it came from, and then given one scheduler pass at once (scheduler.passes): a
+``start_at`` already due or an ``every:`` schedule's first fire goes out now, an enrollment
+campaign enrolls its audience; a cron schedule reports its next fire.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -23,6 +30,8 @@ from herald.errors import UsageError
 from scheduler.check import CheckReport, check_campaign
 from scheduler.fanout import FanoutResult, materialise
 from scheduler.new_version import NewVersionFanout
+from scheduler.new_version_scheduled import ScheduledNewVersion
+from scheduler.passes import CampaignPass, run_pass
 from scheduler.spool import JobSpool
 
 Progress = Callable[[int], None]
@@ -57,13 +66,21 @@ class LaunchResult:
     created: bool  # False: the campaign was launched before (idempotent relaunch)
     fanout: FanoutResult
     superseded: int  # unsent jobs of steps/recipients a new version removed
+    # A scheduled trigger: what the pass run at launch did (fires, enrollments, next fire).
+    scheduled: CampaignPass | None = None
+
+    @property
+    def trigger(self) -> str:
+        return self.loaded.spec.trigger
 
     def summary(self) -> dict[str, object]:
-        """The stable ``launch --json`` document."""
-        return {
+        """The stable ``launch --json`` document (``scheduler`` only for a scheduled trigger:
+        scheduler.passes.CampaignPass.summary)."""
+        document: dict[str, object] = {
             "campaign": self.loaded.spec.name,
             "version": self.version,
             "created": self.created,
+            "trigger": self.trigger,
             "new_jobs": self.fanout.new_jobs,
             "existing_jobs": self.fanout.existing_jobs,
             "recipients": self.report.recipients,
@@ -71,6 +88,9 @@ class LaunchResult:
             "steps": len(self.loaded.spec.steps),
             "superseded_jobs": self.superseded,
         }
+        if self.scheduled is not None:
+            document["scheduler"] = self.scheduled.summary()
+        return document
 
 
 def load(file: Path) -> LoadedCampaign:
@@ -110,6 +130,15 @@ def launch(
     for a changed definition without ``force_new_version``.
     """
     loaded = campaign if isinstance(campaign, LoadedCampaign) else load(campaign)
+    if loaded.spec.trigger != "launch":
+        return _launch_scheduled(
+            engine,
+            loaded,
+            now=clock(),
+            force_new_version=force_new_version,
+            actor=f"launch:{actor or operator_name()}",
+            progress=progress,
+        )
     now = clock()
     with engine.connect() as conn:
         existing = CampaignStore(engine.dialect.name).get(conn, loaded.spec.name)
@@ -163,4 +192,52 @@ def launch(
             result = materialise(engine, loaded, launched_at, progress=tick, composed=composed)
     return LaunchResult(
         loaded, report, registration.campaign.version, registration.created, result, 0
+    )
+
+
+def _launch_scheduled(
+    engine: Engine,
+    loaded: LoadedCampaign,
+    *,
+    now: datetime,
+    force_new_version: bool,
+    actor: str,
+    progress: ProgressFactory,
+) -> LaunchResult:
+    """Check, register, and run the campaign's first scheduler pass now."""
+    with progress("checking", None) as tick:
+        # Today's audience, read live: each occurrence snapshots its own list when it fires.
+        report = check_campaign(
+            loaded, now, progress=tick, count_duplicates=False, require_recipients=False
+        )
+    if not report.ok:
+        raise CheckFailed(report)
+    new_version = ScheduledNewVersion(engine, loaded, actor=actor) if force_new_version else None
+    registration = register(
+        engine,
+        loaded,
+        now=now,
+        force_new_version=force_new_version,
+        on_new_version=new_version.apply if new_version is not None else None,
+    )
+    superseded = 0
+    if registration.new_version and new_version is not None:
+        superseded = new_version.report.cancelled + new_version.report.marked
+    passed = run_pass(
+        engine, now=now, actor=actor, campaigns=[loaded.spec.name], takeover_after=None
+    ).get(loaded.spec.name)
+    fanout = FanoutResult()
+    if passed is not None:
+        fanout.new_jobs = passed.new_jobs
+        fanout.existing_jobs = passed.existing_jobs
+    return LaunchResult(
+        loaded,
+        report,
+        registration.campaign.version,
+        registration.created,
+        fanout,
+        superseded,
+        scheduled=passed
+        if passed is not None
+        else CampaignPass(loaded.spec.name, loaded.spec.trigger, note="the campaign is not active"),
     )

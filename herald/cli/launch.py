@@ -14,6 +14,7 @@ from herald.output import err, out, styled
 
 if TYPE_CHECKING:
     from scheduler.check import CheckReport
+    from scheduler.passes import CampaignPass
 
 CampaignFile = Annotated[Path, typer.Argument(help="The campaign YAML file.")]
 
@@ -78,6 +79,23 @@ def launch(
             f"{fanout.new_jobs} new job(s), {fanout.existing_jobs} already queued"
             + (f", {result.superseded} superseded" if result.superseded else "")
         )
+        if result.scheduled is not None:
+            print_scheduled(result.scheduled)
+
+
+def print_scheduled(passed: CampaignPass) -> None:
+    """What the pass at launch did for a scheduled or enrollment campaign."""
+    if passed.trigger == "enrollment":
+        out.print(f"enrollment: {passed.enrolled} enrolled now; each drip counts from its own")
+    for moment in passed.fired:
+        out.print(f"fired: occurrence {moment.isoformat()}")
+    for moment, reason in passed.skipped:
+        out.print(f"skipped: occurrence {moment.isoformat()}: {reason}")
+    if passed.trigger != "enrollment":
+        upcoming = passed.next_fire.isoformat() if passed.next_fire else "none (it has ended)"
+        out.print(f"next fire: {upcoming}")
+    if passed.note:
+        err.print(styled("note:", "yellow"), passed.note)
 
 
 def print_check(report: CheckReport, as_json: bool) -> None:

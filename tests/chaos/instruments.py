@@ -13,6 +13,7 @@ import random
 import signal
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import sqlalchemy as sa
 
@@ -113,9 +114,9 @@ class UnguardedStore(OutboxStore):
 
     def start_sends(
         self, conn: sa.Connection, leases: Sequence[Lease], *, margin_seconds: float, actor: str
-    ) -> set[int]:
+    ) -> dict[int, datetime]:
         if not leases:
-            return set()
+            return {}
         stmt = (
             sa.update(send_job)
             .where(send_job.c.id.in_([job_id for job_id, _ in leases]))
@@ -124,6 +125,6 @@ class UnguardedStore(OutboxStore):
                 send_attempts=send_job.c.send_attempts + 1,
                 send_started_at=db_now(),
             )
-            .returning(send_job.c.id)
+            .returning(send_job.c.id, send_job.c.send_started_at)
         )
-        return {row.id for row in conn.execute(stmt)}
+        return {row.id: row.send_started_at for row in conn.execute(stmt)}

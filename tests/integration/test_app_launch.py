@@ -20,7 +20,7 @@ from campaigns.audience import Recipient, iter_audience
 from campaigns.control import CampaignConflict
 from campaigns.spec import load_campaign
 from herald.app.launch import CheckFailed, launch, validate
-from scheduler.compose import compile_steps, compose_job
+from scheduler.compose import compile_steps, compose_broadcast, compose_job
 from scheduler.spool import JobSpool
 from tests.support.campaign_files import write_campaign
 
@@ -35,18 +35,18 @@ def clock() -> datetime:
 
 @pytest.fixture
 def compositions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every compose_job call made by check, fan-out and new-version fan-out, by caller."""
+    """Every message composed by check, fan-out and new-version fan-out, by caller."""
     calls: list[str] = []
 
     def counting(module: Any) -> Callable[..., Any]:
         def compose(*args: Any, **kwargs: Any) -> Any:
             calls.append(module.__name__)
-            return compose_job(*args, **kwargs)
+            return compose_broadcast(*args, **kwargs)
 
         return compose
 
     for module in (scheduler.check, scheduler.fanout, scheduler.new_version):
-        monkeypatch.setattr(module, "compose_job", counting(module))
+        monkeypatch.setattr(module, "compose_broadcast", counting(module))
     return calls
 
 

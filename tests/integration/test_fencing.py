@@ -95,7 +95,9 @@ def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
     # Every write the zombie could still attempt matches zero rows.
     store = OutboxStore(engine.dialect.name)
     with engine.begin() as conn:
-        assert store.start_sends(conn, [job.lease], margin_seconds=0, actor="zombie") == set()
+        assert (
+            store.start_sends(conn, [job.lease], margin_seconds=0, actor="zombie").keys() == set()
+        )
         assert store.heartbeat(conn, [job.lease], lease_seconds=60) == set()
         for target in (State.SENT, State.FAILED, State.IN_DOUBT, State.PENDING):
             assert store.complete(conn, [Completion(job.lease, target)], actor="zombie") == set()
@@ -148,7 +150,7 @@ def test_recovery_ignores_a_live_lease_however_old_the_job(engine: Engine) -> No
     with engine.begin() as conn:
         # The job was created long ago and claimed long ago: irrelevant, only the lease counts.
         conn.execute(sa.update(send_job).values(created_at=datetime.now(UTC) - timedelta(days=3)))
-        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w") == {job.id}
+        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w").keys() == {job.id}
         report = store.recover(conn, grace_seconds=0, actor="r")
     assert (report.released, report.in_doubt, report.dead) == (0, 0, 0)
     expire_all_leases(engine)
@@ -163,7 +165,7 @@ def test_t4_refuses_when_too_little_lease_is_left(engine: Engine) -> None:
     store = OutboxStore(engine.dialect.name)
     job = _claim_one(engine, store, lease_seconds=5)
     with engine.begin() as conn:
-        assert store.start_sends(conn, [job.lease], margin_seconds=30, actor="w") == set()
+        assert store.start_sends(conn, [job.lease], margin_seconds=30, actor="w").keys() == set()
         assert store.settle_unstartable(conn, [job.lease], actor="w") == {job.id: State.PENDING}
 
 
@@ -203,7 +205,7 @@ def test_a_suppressed_recipient_fails_at_t4(engine: Engine) -> None:
     job = _claim_one(engine, store)
     with engine.begin() as conn:
         store.suppress(conn, job.recipient, "unsubscribed")
-        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w") == set()
+        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w").keys() == set()
         assert store.settle_unstartable(conn, [job.lease], actor="w") == {job.id: State.FAILED}
         text = conn.execute(sa.select(send_job.c.outcome_text)).scalar_one()
     assert text == "recipient is suppressed"

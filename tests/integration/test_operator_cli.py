@@ -361,7 +361,9 @@ def test_resolve_resend_rearms_the_job_due_now_with_an_attempt_left(
     with engine.begin() as conn:
         (again,) = store.claim(conn, owner="w2", limit=10, lease_seconds=60)
         assert again.key == job.key
-        assert store.start_sends(conn, [again.lease], margin_seconds=1, actor="w2") == {job.id}
+        assert store.start_sends(conn, [again.lease], margin_seconds=1, actor="w2").keys() == {
+            job.id
+        }
 
 
 def test_resolve_all_of_one_campaign_only(db_url: str, engine: Engine) -> None:

@@ -133,7 +133,7 @@ def test_an_old_lease_can_do_nothing_once_the_job_was_claimed_again(harness: Har
     assert new.token == old.token + 1
     with harness.begin() as tx:
         o = harness.outbox
-        assert o.start_sends(tx, [old.lease], margin_seconds=0, actor="zombie") == set()
+        assert o.start_sends(tx, [old.lease], margin_seconds=0, actor="zombie").keys() == set()
         assert o.heartbeat(tx, [old.lease], lease_seconds=60) == set()
         for target in (State.SENT, State.FAILED, State.IN_DOUBT, State.PENDING):
             assert o.complete(tx, [Completion(old.lease, target)], actor="zombie") == set()
@@ -141,7 +141,7 @@ def test_an_old_lease_can_do_nothing_once_the_job_was_claimed_again(harness: Har
         assert o.settle_unstartable(tx, [old.lease], actor="zombie") == {}
         assert o.lease_state(tx, [old.lease]) == {}
         assert o.lease_state(tx, [new.lease]) == {new.id: "claimed"}
-        assert o.start_sends(tx, [new.lease], margin_seconds=0, actor="w2") == {new.id}
+        assert o.start_sends(tx, [new.lease], margin_seconds=0, actor="w2").keys() == {new.id}
     journal_is_consistent(harness)
 
 
@@ -181,7 +181,8 @@ def test_a_refused_t4_is_settled_by_the_most_final_reason(
         harness.set_campaign_status("c", setup.split()[1])
     with harness.begin() as tx:
         assert (
-            harness.outbox.start_sends(tx, [job.lease], margin_seconds=margin, actor="w") == set()
+            harness.outbox.start_sends(tx, [job.lease], margin_seconds=margin, actor="w").keys()
+            == set()
         )
         assert harness.outbox.settle_unstartable(tx, [job.lease], actor="w") == {job.id: expected}
     assert harness.states() == {job.id: expected.value}
@@ -345,7 +346,9 @@ def test_operator_cancel_resolve_and_dead_retry(harness: Harness) -> None:
     # Re-arming granted one more transmission: the job can be claimed and started again.
     (job,) = [j for j in claim(harness) if j.key == "doubt1"]
     with harness.begin() as tx:
-        assert harness.outbox.start_sends(tx, [job.lease], margin_seconds=0, actor="w") == {job.id}
+        assert harness.outbox.start_sends(tx, [job.lease], margin_seconds=0, actor="w").keys() == {
+            job.id
+        }
 
 
 def test_a_failed_transaction_changes_nothing(harness: Harness) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import email
 import email.policy
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -41,7 +40,6 @@ def test_a_recipient_name_is_escaped_in_the_html_part_whatever_the_suffix_case(
         content=content,
         message_id="<abc@news.example.com>",
         key="k" * 64,
-        date=datetime(2025, 1, 1, tzinfo=UTC),
     )
     message = email.message_from_bytes(raw, policy=email.policy.default)
     html_part = message.get_body(preferencelist=("html",))

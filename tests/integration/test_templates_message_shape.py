@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from dispatch.message_date import with_date
 from templates.errors import TemplateError
 from templates.mime import build_message
 from templates.render import RenderedContent
@@ -148,14 +149,14 @@ def test_data_is_refused_or_arrives_intact(
         "content": RenderedContent(subject=subject, text=text, html=html),
         "message_id": MESSAGE_ID,
         "key": KEY,
-        "date": DATE,
     }
     header_values = [subject, recipient_name or "", sender_name or "", recipient, reply_to or ""]
     refusable = any(FORBIDDEN.search(value) for value in header_values) or any(
         "=?" in address for address in (recipient, reply_to or "")
     )
     try:
-        raw = build_message(**arguments)
+        # As the worker sends it: the stored message, stamped with the Date of sending.
+        raw = with_date(build_message(**arguments), DATE)
     except TemplateError as exc:
         assert refusable, f"a value without control characters was refused: {exc}"
         assert re.search("header injection|reads as an RFC 2047 encoded word", str(exc)), exc
@@ -192,7 +193,6 @@ def test_the_issue_value_arrives_literally_as_subject_and_display_name() -> None
         content=RenderedContent(subject=f"Hi {INJECTION}", text="t", html=None),
         message_id=MESSAGE_ID,
         key=KEY,
-        date=DATE,
     )
     message = parse(raw)
 
@@ -220,7 +220,6 @@ def test_a_control_character_from_data_is_refused(field: str, character: str) ->
             content=content,
             message_id=MESSAGE_ID,
             key=KEY,
-            date=DATE,
             **arguments,
         )
 

@@ -127,7 +127,7 @@ def sending(engine: Engine, name: str, campaign: str = "alpha", **kw: Any) -> Cl
     job = claimed(engine, name, campaign, **kw)
     store = OutboxStore(engine.dialect.name)
     with engine.begin() as conn:
-        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w") == {job.id}
+        assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w").keys() == {job.id}
     return job
 
 

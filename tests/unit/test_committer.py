@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -14,6 +15,8 @@ from dispatch.committer import GroupCommitter
 from dispatch.outbox_client import OutboxClient
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
+
+STARTED = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # when T4 committed, as the store says
 
 
 def claimed(job_id: int) -> ClaimedJob:
@@ -36,9 +39,9 @@ class RecordingStore(OutboxStore):
 
     def start_sends(
         self, conn: sa.Connection, leases: Sequence[Lease], *, margin_seconds: float, actor: str
-    ) -> set[int]:
+    ) -> dict[int, datetime]:
         self.calls.append(("start_sends", list(leases)))
-        return {leases[0][0]}  # only the first may go out
+        return {leases[0][0]: STARTED}  # only the first may go out
 
     def claim(
         self, conn: sa.Connection, *, owner: str, limit: int, lease_seconds: float
@@ -88,7 +91,7 @@ def test_requests_are_grouped_by_type_in_one_transaction_outcomes_first_claims_l
     first_claim, t4_first, done, t4_second, not_done, second_claim = results
     assert [job.id for job in first_claim] == [100, 101]
     assert [job.id for job in second_claim] == [102, 103]
-    assert (t4_first, t4_second, done, not_done) == (True, False, True, False)
+    assert (t4_first, t4_second, done, not_done) == (STARTED, None, True, False)
     assert committer.stats.transactions == 1
     assert committer.stats.by_kind == {"claim": 2, "t4": 2, "complete": 2}
 

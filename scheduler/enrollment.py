@@ -1,0 +1,229 @@
+"""Who is in a drip: enrolling recipients, and ending the drips of those who left.
+
+``enrollment: audience`` re-reads the campaign's audience on scheduler passes (a CSV file at
+every pass, a URL at most every few minutes): mailboxes not enrolled yet are enrolled (their
+``enrolled_at`` is this pass's time, whole seconds); active enrollments the audience made whose
+mailbox is gone from it become ``left``. Any enrollment whose mailbox is suppressed becomes
+``ended``. Either way the step job it still has waiting is withdrawn (never sent). A mailbox
+enrolled once is not enrolled again (re-enrollment is not offered): one that left and comes
+back stays ``left``. ``herald enroll`` adds one mailbox (source ``cli``); the audience never
+removes those.
+
+Guard: an audience read that yields nobody while people are enrolled from it removes nobody
+(a file caught half-written by an export would otherwise end every drip); write the CSV
+atomically (to a temporary file, then rename) all the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from campaigns.addresses import mailbox_identity
+from campaigns.audience import Recipient, RowProblem, iter_audience
+from campaigns.errors import AudienceError
+from campaigns.spec import LoadedCampaign
+from dispatch.keys import KeyTuple
+from dispatch.store import OutboxStore
+from scheduler.enrollment_store import (
+    ENDED,
+    LEFT,
+    EnrollmentRow,
+    EnrollmentStore,
+    NewEnrollment,
+)
+from scheduler.models import enrollment_table
+from scheduler.planning import recipient_zone
+from scheduler.snapshot import url_audience
+
+AUDIENCE = "audience"
+CLI = "cli"
+LEFT_REASON = "left the audience"
+SUPPRESSED_REASON = "suppressed"
+
+
+@dataclass
+class SyncReport:
+    enrolled: int = 0
+    left: int = 0
+    ended: int = 0  # suppressed
+    withdrawn: int = 0  # waiting jobs of those drips, cancelled
+    rejected_rows: int = 0
+    note: str | None = None  # something the operator should know (nothing was removed, ...)
+
+
+def whole_seconds(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0)
+
+
+def enrollment_of(recipient: Recipient, source: str) -> NewEnrollment:
+    return NewEnrollment(
+        mailbox=mailbox_identity(recipient.email),
+        recipient=recipient.email,
+        name=recipient.name,
+        variables=dict(recipient.variables),
+        timezone=recipient_zone(recipient.variables),
+        source=source,
+    )
+
+
+def drip_keys(campaign: str, step_ids: Sequence[str], row: EnrollmentRow, upto: int) -> list[str]:
+    """The keys of the drip's steps materialised so far (indexes below ``upto``)."""
+    return [
+        KeyTuple(campaign, step_id, row.enrolled_at, row.mailbox).key()
+        for step_id in step_ids[:upto]
+    ]
+
+
+def end_drip(
+    conn: sa.Connection,
+    campaign: str,
+    step_ids: Sequence[str],
+    row: EnrollmentRow,
+    state: str,
+    *,
+    reason: str,
+    actor: str,
+) -> int | None:
+    """End an active drip and withdraw its waiting job, in the caller's transaction.
+
+    Returns how many jobs were withdrawn, or None if the drip was no longer active. The steps
+    materialised are read back from the row the UPDATE changed: a scheduler that advanced the
+    drip meanwhile is waited for (PostgreSQL row lock; SQLite's single writer), so its new job
+    is withdrawn too; one that comes later finds the drip inactive and adds nothing.
+    """
+    upto = EnrollmentStore(conn.dialect.name).finish(conn, row.id, state, reason=reason)
+    if upto is None:
+        return None
+    keys = drip_keys(campaign, step_ids, row, upto)
+    if not keys:
+        return 0
+    return OutboxStore(conn.dialect.name).withdraw(conn, keys, reason=reason, actor=actor)
+
+
+def sync_audience(
+    engine: Engine, loaded: LoadedCampaign, *, now: datetime, actor: str
+) -> SyncReport:
+    """Enroll the audience's new mailboxes, end the drips of those gone from it."""
+    report = SyncReport()
+    name = loaded.spec.name
+    entries: dict[str, NewEnrollment] = {}
+    for item in iter_audience(loaded):
+        if isinstance(item, RowProblem):
+            report.rejected_rows += 1
+            continue
+        entry = enrollment_of(item, AUDIENCE)
+        entries.setdefault(entry.mailbox, entry)  # the first row of a mailbox counts
+    source = url_audience(loaded)
+    if source is not None and source.strict and report.rejected_rows:
+        raise AudienceError(
+            f"{report.rejected_rows} invalid row(s) in the audience; nobody was enrolled",
+            file=source.url,
+            field="audience.strict",
+            hint="fix the rows, or set strict: false to enroll the valid ones",
+        )
+    store = EnrollmentStore(engine.dialect.name)
+    with engine.connect() as conn:
+        known = set(
+            conn.execute(
+                sa.select(enrollment_table.c.mailbox).where(enrollment_table.c.campaign == name)
+            ).scalars()
+        )
+        from_audience = store.active_from(conn, name, AUDIENCE)
+    new = [entry for mailbox, entry in entries.items() if mailbox not in known]
+    enrolled_at = whole_seconds(now)
+    for start in range(0, len(new), 500):
+        with engine.begin() as conn:
+            report.enrolled += len(
+                store.enroll(conn, name, new[start : start + 500], enrolled_at=enrolled_at)
+            )
+    gone = [enrollment_id for enrollment_id, mailbox in from_audience if mailbox not in entries]
+    if gone and not entries:
+        report.note = "the audience is empty: nobody was removed from the drip"
+        return report
+    report.left, withdrawn = _end_all(engine, loaded, gone, LEFT, LEFT_REASON, actor)
+    report.withdrawn += withdrawn
+    return report
+
+
+def end_suppressed(
+    engine: Engine, loaded: LoadedCampaign, *, actor: str, report: SyncReport
+) -> None:
+    """End the active drips whose mailbox is suppressed."""
+    store = EnrollmentStore(engine.dialect.name)
+    with engine.connect() as conn:
+        ids = [row.id for row in store.active_suppressed(conn, loaded.spec.name)]
+    ended, withdrawn = _end_all(engine, loaded, ids, ENDED, SUPPRESSED_REASON, actor)
+    report.ended += ended
+    report.withdrawn += withdrawn
+
+
+def _end_all(
+    engine: Engine,
+    loaded: LoadedCampaign,
+    ids: Sequence[int],
+    state: str,
+    reason: str,
+    actor: str,
+) -> tuple[int, int]:
+    """End these drips; (how many were still active, how many jobs were withdrawn)."""
+    step_ids = [step.id for step in loaded.spec.steps]
+    store = EnrollmentStore(engine.dialect.name)
+    ended = withdrawn_total = 0
+    for start in range(0, len(ids), 500):
+        with engine.begin() as conn:
+            for row in store.by_ids(conn, ids[start : start + 500]):
+                withdrawn = end_drip(
+                    conn, loaded.spec.name, step_ids, row, state, reason=reason, actor=actor
+                )
+                if withdrawn is not None:
+                    ended += 1
+                    withdrawn_total += withdrawn
+    return ended, withdrawn_total
+
+
+def enroll_one(
+    engine: Engine,
+    campaign: str,
+    recipient: Recipient,
+    *,
+    now: datetime,
+    timezone: str | None = None,
+) -> tuple[EnrollmentRow, bool]:
+    """Enroll one recipient by hand (``herald enroll``); (the enrollment, whether it is new).
+
+    ``timezone`` (already checked) overrides the recipient's ``timezone`` variable.
+    """
+    entry = enrollment_of(recipient, CLI)
+    if timezone is not None:
+        entry = NewEnrollment(
+            entry.mailbox, entry.recipient, entry.name, entry.variables, timezone, entry.source
+        )
+    store = EnrollmentStore(engine.dialect.name)
+    with engine.begin() as conn:
+        created = bool(store.enroll(conn, campaign, [entry], enrolled_at=whole_seconds(now)))
+        row = store.get(conn, campaign, entry.mailbox)
+    assert row is not None
+    return row, created
+
+
+def variables_text(data: Mapping[str, object]) -> dict[str, str]:
+    """Template variables from JSON values: text as it is, numbers and booleans as JSON
+    spells them, null as empty. Raises ValueError for a list or an object."""
+    found: dict[str, str] = {}
+    for key, value in data.items():
+        if isinstance(value, str):
+            found[key] = value
+        elif isinstance(value, bool):
+            found[key] = "true" if value else "false"
+        elif isinstance(value, int | float):
+            found[key] = str(value)
+        elif value is None:
+            found[key] = ""
+        else:
+            raise ValueError(f"variable {key!r} must be text, a number, true/false or null")
+    return found

@@ -1,0 +1,290 @@
+"""One scheduler pass: every active scheduled campaign's due work, materialised once.
+
+For each active campaign whose trigger is ``start_at``, ``schedule`` or ``enrollment``:
+
+1. re-read it from its file (scheduler.source); a missing or changed file fires nothing and
+   sets ``campaign.scheduler_note`` (cleared by the first pass that can use the file again);
+2. ``start_at``/``schedule``: decide the fires after the cursor up to ``now`` (catch-up policy,
+   scheduler.triggers), record them in ``trigger_fire`` (ON CONFLICT DO NOTHING: a fire is
+   decided once, by whichever scheduler comes first), then fan out every ``due`` fire — its
+   occurrence is the NOMINAL fire time — with the resumable fan-out (scheduler.fanout; the
+   audience is snapshotted per occurrence) and mark it ``done``. A fire left ``due`` by a crash
+   is resumed by the next pass;
+3. ``enrollment``: with ``enrollment: audience``, re-read the audience and enroll newcomers /
+   end the drips of those who left (scheduler.enrollment; a URL at most every
+   ``url_refresh`` seconds); end the drips of suppressed mailboxes; then materialise each
+   drip's next step whose previous step has settled (scheduler.drip).
+
+Nothing here needs a leader: every write is ON CONFLICT DO NOTHING or a guarded UPDATE, so any
+number of schedulers may run passes at once on one database (that is how to get high
+availability). A problem with one campaign (its audience cannot be read, a template fails)
+is reported and noted on that campaign; the others go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from campaigns.errors import CampaignError
+from campaigns.spec import LoadedCampaign, UrlAudience
+from campaigns.store import CampaignRow, CampaignStore
+from scheduler.compose import CompileFailures, compile_steps
+from scheduler.drip import advance_drips
+from scheduler.enrollment import SyncReport, end_suppressed, sync_audience
+from scheduler.fanout import BATCH_SIZE, materialise
+from scheduler.fire_store import DUE, SKIPPED, Fire, FireStore
+from scheduler.job_lookup import earliest_pending
+from scheduler.snapshot import SnapshotBusy
+from scheduler.source import reload
+from scheduler.triggers import decide, next_fire, trigger_of
+from templates.errors import TemplateError
+
+URL_REFRESH = 300.0  # seconds between two fetches of an enrollment campaign's URL audience
+TAKEOVER_AFTER = 60.0  # seconds without a write before a snapshot's writer is presumed dead
+
+
+@dataclass
+class CampaignPass:
+    """What one pass did for one campaign."""
+
+    campaign: str
+    trigger: str
+    fired: list[datetime] = field(default_factory=list)  # occurrences fanned out
+    skipped: list[tuple[datetime, str]] = field(default_factory=list)  # by the catch-up policy
+    new_jobs: int = 0
+    existing_jobs: int = 0
+    enrolled: int = 0
+    left: int = 0
+    ended: int = 0
+    done: int = 0
+    withdrawn: int = 0
+    next_fire: datetime | None = None
+    note: str | None = None  # why nothing (more) was fired: the campaign's scheduler_note
+    busy: bool = False  # another scheduler is reading an occurrence's audience: next pass
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "campaign": self.campaign,
+            "trigger": self.trigger,
+            "fired": [moment.isoformat() for moment in self.fired],
+            "skipped": [
+                {"occurrence": moment.isoformat(), "reason": reason}
+                for moment, reason in self.skipped
+            ],
+            "new_jobs": self.new_jobs,
+            "existing_jobs": self.existing_jobs,
+            "enrolled": self.enrolled,
+            "left": self.left,
+            "ended": self.ended,
+            "done": self.done,
+            "withdrawn": self.withdrawn,
+            "next_fire": None if self.next_fire is None else self.next_fire.isoformat(),
+            "note": self.note,
+            "busy": self.busy,
+        }
+
+
+@dataclass
+class PassReport:
+    now: datetime
+    campaigns: list[CampaignPass] = field(default_factory=list)
+
+    @property
+    def new_jobs(self) -> int:
+        return sum(c.new_jobs for c in self.campaigns)
+
+    @property
+    def fired(self) -> int:
+        return sum(len(c.fired) for c in self.campaigns)
+
+    def get(self, campaign: str) -> CampaignPass | None:
+        return next((c for c in self.campaigns if c.campaign == campaign), None)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "now": self.now.isoformat(),
+            "fired": self.fired,
+            "new_jobs": self.new_jobs,
+            "campaigns": [c.summary() for c in self.campaigns],
+        }
+
+
+@dataclass
+class PassState:
+    """What a long-running scheduler remembers between passes (nothing that matters for
+    correctness: a new process starts with an empty one)."""
+
+    url_fetched: dict[str, datetime] = field(default_factory=dict)  # campaign -> last fetch
+
+
+def run_pass(
+    engine: Engine,
+    *,
+    now: datetime,
+    actor: str,
+    campaigns: Sequence[str] | None = None,
+    state: PassState | None = None,
+    url_refresh: float = URL_REFRESH,
+    takeover_after: float | None = TAKEOVER_AFTER,
+    batch_size: int = BATCH_SIZE,
+) -> PassReport:
+    """One pass over every active scheduled campaign (``campaigns``: only those) at ``now``.
+
+    ``takeover_after``: see scheduler.snapshot.ensure_snapshot (None: take over at once, as
+    ``herald launch`` does).
+    """
+    store = CampaignStore(engine.dialect.name)
+    with engine.connect() as conn:
+        rows = store.scheduled(conn, campaigns)
+    report = PassReport(now)
+    for row in rows:
+        result = CampaignPass(row.name, row.trigger)
+        report.campaigns.append(result)
+        source = reload(row)
+        if source.loaded is None:
+            result.note = source.note
+        else:
+            try:
+                if row.trigger == "enrollment":
+                    _drip_pass(
+                        engine, source.loaded, result, now, actor, state, url_refresh
+                    )
+                else:
+                    _broadcast_pass(
+                        engine, row, source.loaded, result, now, takeover_after, batch_size
+                    )
+            except SnapshotBusy:
+                result.busy = True
+            except (CampaignError, TemplateError, CompileFailures) as exc:
+                result.note = f"{_first_line(exc)} (retried at the next pass)"
+        if not result.busy:
+            with engine.begin() as conn:
+                store.set_note(conn, row.name, result.note)
+    return report
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _broadcast_pass(
+    engine: Engine,
+    row: CampaignRow,
+    loaded: LoadedCampaign,
+    result: CampaignPass,
+    now: datetime,
+    takeover_after: float | None,
+    batch_size: int,
+) -> None:
+    trigger = trigger_of(loaded.spec, row.launched_at)
+    if trigger is None:
+        return
+    fires = FireStore(engine.dialect.name)
+    with engine.connect() as conn:
+        cursor = fires.cursor(conn, row.name)
+    decision = decide(
+        loaded.spec, trigger, registered_at=row.launched_at, cursor=cursor, now=now
+    )
+    decided = [Fire(moment, DUE) for moment in decision.fire]
+    decided += [Fire(moment, SKIPPED, reason) for moment, reason in decision.skip]
+    with engine.begin() as conn:
+        fires.record(conn, row.name, sorted(decided, key=lambda fire: fire.nominal_at))
+        due = fires.due(conn, row.name)
+    result.skipped = list(decision.skip)
+    for occurrence_at in due:
+        fanout = materialise(
+            engine,
+            loaded,
+            occurrence_at,
+            batch_size=batch_size,
+            per_occurrence=True,
+            takeover_after=takeover_after,
+        )
+        with engine.begin() as conn:
+            fires.mark_done(conn, row.name, occurrence_at)
+        result.fired.append(occurrence_at)
+        result.new_jobs += fanout.new_jobs
+        result.existing_jobs += fanout.existing_jobs
+    result.next_fire = next_fire(trigger, after=now)
+
+
+def _drip_pass(
+    engine: Engine,
+    loaded: LoadedCampaign,
+    result: CampaignPass,
+    now: datetime,
+    actor: str,
+    state: PassState | None,
+    url_refresh: float,
+) -> None:
+    steps = compile_steps(loaded)
+    sync = SyncReport()
+    if loaded.spec.enrollment == "audience" and _audience_due(loaded, now, state, url_refresh):
+        sync = sync_audience(engine, loaded, now=now, actor=actor)
+        if state is not None:
+            state.url_fetched[loaded.spec.name] = now
+    end_suppressed(engine, loaded, actor=actor, report=sync)
+    drips = advance_drips(engine, loaded, steps, actor=actor)
+    result.enrolled = sync.enrolled
+    result.left = sync.left
+    result.ended = sync.ended + drips.ended
+    result.withdrawn = sync.withdrawn
+    result.done = drips.done
+    result.new_jobs = drips.materialised
+    if drips.problems:
+        result.note = f"{len(drips.problems)} drip(s) ended: {drips.problems[0]}"
+    elif sync.note:
+        result.note = sync.note
+
+
+def _audience_due(
+    loaded: LoadedCampaign, now: datetime, state: PassState | None, url_refresh: float
+) -> bool:
+    """A CSV is read at every pass; a URL at most every ``url_refresh`` seconds."""
+    if state is None or not isinstance(loaded.spec.audience, UrlAudience):
+        return True
+    last = state.url_fetched.get(loaded.spec.name)
+    return last is None or now - last >= timedelta(seconds=url_refresh)
+
+
+def next_wake(engine: Engine, now: datetime) -> datetime | None:
+    """The earliest moment after which a pass has something to do that is known now: the next
+    fire of a scheduled campaign (``now`` itself if one is overdue), or the due time of a drip
+    step's pending job (once it is sent the next step can follow). None: nothing timed.
+
+    Changes nothing signals (a new campaign, an edited CSV, a job settled early) are for the
+    scheduler's periodic tick.
+    """
+    store = CampaignStore(engine.dialect.name)
+    fires = FireStore(engine.dialect.name)
+    wakes: list[datetime] = []
+    with engine.connect() as conn:
+        rows = store.scheduled(conn)
+        drip_campaigns = [row.name for row in rows if row.trigger == "enrollment"]
+        pending = earliest_pending(conn, drip_campaigns)
+        cursors = {row.name: fires.cursor(conn, row.name) for row in rows}
+        unfinished = fires.campaigns_with_due(conn)
+    if any(row.name in unfinished for row in rows):
+        wakes.append(now)  # a fan-out a crash interrupted: resume it
+    if pending is not None:
+        wakes.append(max(pending, now))
+    for row in rows:
+        if row.trigger == "enrollment":
+            continue
+        loaded = reload(row).loaded
+        if loaded is None:
+            continue
+        trigger = trigger_of(loaded.spec, row.launched_at)
+        if trigger is None:
+            continue
+        cursor = cursors[row.name]
+        after = cursor if cursor is not None else row.launched_at - timedelta(seconds=1)
+        upcoming = next_fire(trigger, after=after)
+        if upcoming is not None:
+            wakes.append(max(upcoming, now))
+    return min(wakes) if wakes else None
