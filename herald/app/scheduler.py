@@ -1,8 +1,9 @@
 """Use case ``run_scheduler``: fire due triggers into the outbox, waking when something falls due.
 
-The database is the record of what fired: one scheduler pass (``scheduler.passes.run_pass``)
-inserts each fire, occurrence and drip step with ``ON CONFLICT DO NOTHING``, so any number of
-schedulers on one database need no leader (docs/design.md §7). APScheduler 3 is only this
+The database is the record of what fired: one scheduler pass (``scheduler.passes.run_pass``,
+through herald.app.scheduler_pass) inserts each fire, occurrence and drip step with ``ON
+CONFLICT DO NOTHING``, so any number of schedulers on one database need no leader
+(docs/design.md §7). APScheduler 3 is only this
 process's alarm clock (research scheduling.md §3): a memory job store, two jobs —
 ``herald:tick`` (an interval, to notice what other processes changed) and ``herald:wake`` (a
 date, the next due time the database knows of) — whose bodies only set an ``asyncio.Event``. The
@@ -255,11 +256,15 @@ def _first_line(exc: SQLAlchemyError) -> str:
 def _pass_functions(
     run_pass: PassFunction | None, next_wake: WakeFunction | None
 ) -> tuple[PassFunction, WakeFunction]:
-    if run_pass is not None and next_wake is not None:
-        return run_pass, next_wake
-    from scheduler import passes  # type: ignore[attr-defined]  # helper E's module
+    if run_pass is None:
+        from herald.app.scheduler_pass import ScheduledPass
 
-    return run_pass or passes.run_pass, next_wake or passes.next_wake
+        run_pass = ScheduledPass()
+    if next_wake is None:
+        from scheduler.passes import next_wake as wake_of_database
+
+        next_wake = wake_of_database
+    return run_pass, next_wake
 
 
 def stop_on_signals(on_first: Callable[[], None]) -> None:

@@ -20,7 +20,9 @@ def enroll(
     ],
     data: Annotated[
         str | None,
-        typer.Option("--data", help='Template variables as a JSON object, e.g. \'{"plan": "pro"}\'.'),
+        typer.Option(
+            "--data", help='Template variables as a JSON object, e.g. \'{"plan": "pro"}\'.'
+        ),
     ] = None,
     timezone: Annotated[
         str | None,

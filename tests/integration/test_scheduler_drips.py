@@ -83,7 +83,9 @@ def settle(engine: Engine, keys: set[str], target: State = State.SENT) -> None:
     j = send_job.c
     with engine.begin() as conn:
         conn.execute(
-            sa.update(send_job).where(j.key.in_(keys)).values(not_before=datetime(2000, 1, 1, tzinfo=UTC))
+            sa.update(send_job)
+            .where(j.key.in_(keys))
+            .values(not_before=datetime(2000, 1, 1, tzinfo=UTC))
         )
         claimed = store.claim(conn, owner="test", limit=10_000, lease_seconds=60)
         mine = [job for job in claimed if job.key in keys]
@@ -98,9 +100,7 @@ def settle(engine: Engine, keys: set[str], target: State = State.SENT) -> None:
         )
 
 
-def test_recipients_added_between_passes_get_their_own_drip(
-    engine: Engine, tmp_path: Path
-) -> None:
+def test_recipients_added_between_passes_get_their_own_drip(engine: Engine, tmp_path: Path) -> None:
     folder = tmp_path / "c"
     path = write_scheduled(folder, DRIP, ["ann@example.com", "bob@example.com"], name="drip")
     launched = launch_at(engine, path, T0)
@@ -257,7 +257,6 @@ def test_enrolling_twice_is_a_no_op(engine: Engine, tmp_path: Path) -> None:
     assert first.created and not again.created
     assert again.enrolled_at == first.enrolled_at == T0S
     assert len(jobs(engine)) == 1
-
 
 
 def test_enroll_refuses_bad_input_and_writes_nothing(engine: Engine, tmp_path: Path) -> None:

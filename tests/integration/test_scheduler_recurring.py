@@ -79,7 +79,9 @@ def test_a_weekly_schedule_makes_one_occurrence_per_fire(engine: Engine, tmp_pat
     for job in found:
         assert job.key == KeyTuple("digest", job.step, job.occurrence_at, job.mailbox).key()
         # Steps chain on the planned time: the reminder a day after the digest.
-        expected = job.occurrence_at + (timedelta(days=1) if job.step == "reminder" else timedelta())
+        expected = job.occurrence_at + (
+            timedelta(days=1) if job.step == "reminder" else timedelta()
+        )
         assert job.not_before == expected
     assert [state for _, state, _ in fires(engine, "digest")] == ["done"] * 4
 
@@ -109,9 +111,7 @@ def test_downtime_over_three_periods_follows_the_catch_up_policy(
     assert pass_at(engine, MONDAYS[4]).get("digest").fired == [MONDAYS[4]]  # type: ignore[union-attr]
 
 
-def test_the_default_catch_up_skips_a_fire_older_than_a_day(
-    engine: Engine, tmp_path: Path
-) -> None:
+def test_the_default_catch_up_skips_a_fire_older_than_a_day(engine: Engine, tmp_path: Path) -> None:
     path = weekly(tmp_path / "c")
     launch_at(engine, path, REGISTERED)
     report = pass_at(engine, MONDAYS[0] + timedelta(days=2))

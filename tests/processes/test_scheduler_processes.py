@@ -1,0 +1,325 @@
+"""Real scheduler processes (docs/design.md §7): two `herald scheduler`s and three `herald worker`s
+on one PostgreSQL database, schedulers SIGKILLed at random and restarted, and every occurrence
+materialised once and mailed once per recipient, counted at a real SMTP server's ledger; and
+`herald run` on the embedded SQLite database, picking up a campaign launched while it runs.
+
+Verdicts do not depend on the machine's speed: the runs end when the database says the work is
+done (or stops making progress for a long time), and the expected fires and Message-IDs are
+computed here from the campaign file, never read back from Herald.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatch.keys import KeyTuple, message_id
+from dispatch.models import send_job
+from scheduler.models import trigger_fire_table
+from tests.support.campaign_files import write_audience
+from tests.support.paths import HERALD
+from tests.support.smtp_server import LedgerSMTPServer
+
+TERMINAL = ("sent", "failed", "cancelled", "in_doubt")
+STALL = 90.0  # no progress for this long fails the run (a loaded machine needs far less)
+CAP = 600.0  # and the run never lasts longer than this
+
+SCHEDULED = """\
+name: {name}
+from: "Herald Tests <news@herald.test>"
+audience: people.csv
+schedule:
+  every: {every}
+  start: "{start}"
+  end: "{end}"
+  catch_up: all
+  max_catch_up_age: 1h
+steps:
+  - id: ping
+    subject: "Ping {{{{ name }}}}"
+    text: "Hello {{{{ name }}}} from {{{{ city }}}}."
+"""
+
+ONE_SHOT = """\
+name: {name}
+from: "Herald Tests <news@herald.test>"
+audience: people.csv
+start_at: "{start}"
+steps:
+  - id: hello
+    subject: "Hello {{{{ name }}}}"
+    text: "Hello {{{{ name }}}}."
+  - id: again
+    after: 0
+    subject: "Again, {{{{ name }}}}"
+    text: "Again {{{{ name }}}}."
+"""
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def whole_seconds_after(seconds: float) -> datetime:
+    return (datetime.now(UTC) + timedelta(seconds=seconds + 1)).replace(microsecond=0)
+
+
+def herald(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HERALD), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@dataclass
+class Service:
+    """One long-running herald process, its stderr kept in a file for the failure message."""
+
+    name: str
+    command: list[str]
+    log_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_dir / f"{self.name}.{self.starts}.err"
+        self.logs.append(log)
+        with log.open("wb") as stderr:
+            self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=stderr)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def terminate(self) -> int:
+        """SIGTERM, and its exit code once it has stopped gracefully."""
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=120)
+
+    def stderr(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')}" for p in self.logs)
+
+
+def wait_until(done: Callable[[], bool], progress: Callable[[], object], what: str) -> None:
+    """Poll ``done``; fail if ``progress`` stops changing for STALL seconds, or after CAP."""
+    started = last_change = time.monotonic()
+    last = progress()
+    while not done():
+        now = time.monotonic()
+        current = progress()
+        if current != last:
+            last, last_change = current, now
+        assert now - last_change < STALL, f"{what}: no progress for {STALL:.0f}s at {last}"
+        assert now - started < CAP, f"{what}: not done after {CAP:.0f}s"
+        time.sleep(0.1)  # the observer's polling cadence, not a verdict
+
+
+# ------------------------------------------------------------------ two schedulers, three workers
+
+# The shortest `every:` is a minute, so "a fire every few seconds" is CAMPAIGNS schedules of
+# `every: 1m` whose starts are STAGGER seconds apart: each fires twice (its start, a minute
+# later), and the database sees a fire every STAGGER seconds for about a minute and a half.
+CAMPAIGNS = 10
+STAGGER = 3
+FIRES_EACH = 2
+RECIPIENTS = 40
+
+
+@dataclass(frozen=True)
+class Expected:
+    fires: dict[str, list[datetime]]  # campaign -> nominal fire times
+    message_ids: frozenset[str]
+
+    @property
+    def last_fire(self) -> datetime:
+        return max(max(times) for times in self.fires.values())
+
+
+def write_schedules(folder: Path, first: datetime) -> tuple[list[Path], Expected]:
+    folder.mkdir()
+    addresses = write_audience(folder / "people.csv", RECIPIENTS)
+    paths, fires_of = [], {}
+    for k in range(CAMPAIGNS):
+        name = f"ticker{k:02d}"
+        start = first + timedelta(seconds=STAGGER * k)
+        # The end sits between the second and the third fire: no boundary to argue about.
+        end = start + timedelta(seconds=60 * FIRES_EACH - 30)
+        path = folder / f"{name}.yaml"
+        path.write_text(SCHEDULED.format(name=name, every="1m", start=iso(start), end=iso(end)))
+        paths.append(path)
+        fires_of[name] = [start + timedelta(minutes=n) for n in range(FIRES_EACH)]
+    ids = frozenset(
+        message_id(KeyTuple(name, "ping", at, address).key(), "herald.test")
+        for name, times in fires_of.items()
+        for at in times
+        for address in addresses
+    )
+    return paths, Expected(fires_of, ids)
+
+
+def all_fires(engine: Engine) -> list[tuple[str, datetime, str]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                trigger_fire_table.c.campaign,
+                trigger_fire_table.c.nominal_at,
+                trigger_fire_table.c.state,
+            )
+        ).all()
+    return [(row.campaign, row.nominal_at, row.state) for row in rows]
+
+
+def all_job_states(engine: Engine) -> Counter[str]:
+    with engine.connect() as conn:
+        return Counter(conn.execute(sa.select(send_job.c.state)).scalars())
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_two_schedulers_killed_at_random_fire_each_occurrence_once(
+    tmp_path: Path, db_url: str, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    from herald.app.launch import launch
+
+    rng = random.Random(20260329)
+    paths, expected = write_schedules(tmp_path / "campaigns", whole_seconds_after(6))
+    for path in paths:
+        assert launch(engine, path).fanout.new_jobs == 0  # nothing is due at registration
+    smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
+    schedulers = [
+        Service(
+            f"scheduler{i}",
+            [str(HERALD), "scheduler", "--database-url", db_url, "--tick", "1"],
+            tmp_path,
+        )
+        for i in (1, 2)
+    ]
+    worker = "worker --concurrency 8 --poll 0.05 --recovery-interval 0.5 --retry-base 0.05"
+    workers = [
+        Service(
+            f"worker{i}",
+            [str(HERALD), *worker.split(), "--database-url", db_url, "--smtp-url", smtp_url],
+            tmp_path,
+        )
+        for i in (1, 2, 3)
+    ]
+    everyone = schedulers + workers
+    total_fires = CAMPAIGNS * FIRES_EACH
+    try:
+        for service in everyone:
+            service.start()
+        # SIGKILL a scheduler every few seconds (restarting it soon after) until the last fire
+        # is due, and a little beyond: the kills land before, during and after fan-outs.
+        kills = 0
+        while datetime.now(UTC) < expected.last_fire + timedelta(seconds=3):
+            time.sleep(rng.uniform(1.0, 3.5))  # chaos pacing, not a verdict
+            victim = rng.choice(schedulers)
+            if victim.alive:
+                victim.kill()
+                kills += 1
+            time.sleep(rng.uniform(0.0, 1.0))
+            for service in schedulers:
+                if not service.alive:
+                    service.start()
+
+        def settled() -> bool:
+            done = [fire for fire in all_fires(engine) if fire[2] == "done"]
+            states = all_job_states(engine)
+            busy = sum(n for state, n in states.items() if state not in TERMINAL)
+            return (
+                len(done) >= total_fires
+                and busy == 0
+                and sum(states.values()) >= len(expected.message_ids)
+            )
+
+        wait_until(
+            settled,
+            lambda: (len(all_fires(engine)), all_job_states(engine)),
+            "the schedules did not settle",
+        )
+        for service in everyone:
+            code = service.terminate()
+            assert code == 0, f"{service.name} exited {code}\n{service.stderr()}"
+    finally:
+        for service in everyone:
+            if service.alive:
+                service.kill()
+
+    assert kills >= 10
+    for service in everyone:
+        assert "Traceback" not in service.stderr(), service.stderr()
+    # Each fire decided once (UNIQUE(campaign, nominal_at)), none missed, none skipped.
+    fired = sorted(all_fires(engine))
+    assert [(c, at) for c, at, _ in fired] == sorted(
+        (c, at) for c, times in expected.fires.items() for at in times
+    )
+    assert {state for _, _, state in fired} == {"done"}
+    # One job per recipient and occurrence, every one sent; each Message-ID accepted once.
+    assert all_job_states(engine) == {"sent": len(expected.message_ids)}
+    accepted = smtp_server.accepted_ids()
+    assert [mid for mid, n in Counter(accepted).items() if n > 1] == []
+    assert set(accepted) == expected.message_ids
+
+
+# ------------------------------------------------------------------ herald run
+
+
+def test_herald_run_sends_a_campaign_launched_while_it_runs_and_stops_on_sigterm(
+    tmp_path: Path, smtp_server: LedgerSMTPServer
+) -> None:
+    db_url = f"sqlite:///{tmp_path / 'herald.db'}"
+    folder = tmp_path / "campaign"
+    folder.mkdir()
+    addresses = write_audience(folder / "people.csv", 25)
+    smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
+    options = "run --tick 0.5 --poll 0.05 --retry-base 0.05"
+    run = Service(
+        "run",
+        [str(HERALD), *options.split(), "--database-url", db_url, "--smtp-url", smtp_url],
+        tmp_path,
+    )
+    run.start()
+    try:
+        # Launched after `herald run` started: the next pass picks it up, no restart.
+        start = whole_seconds_after(2)
+        path = folder / "campaign.yaml"
+        path.write_text(ONE_SHOT.format(name="hello", start=iso(start)))
+        launched = herald("launch", str(path), "--database-url", db_url)
+        assert launched.returncode == 0, launched.stderr
+        expected = {
+            message_id(KeyTuple("hello", step, start, address).key(), "herald.test")
+            for step in ("hello", "again")
+            for address in addresses
+        }
+        wait_until(
+            lambda: len(smtp_server.accepted_ids()) >= len(expected),
+            lambda: len(smtp_server.accepted_ids()),
+            "herald run did not deliver the campaign",
+        )
+        assert run.terminate() == 0, run.stderr()
+    finally:
+        if run.alive:
+            run.kill()
+    accepted = smtp_server.accepted_ids()
+    assert sorted(accepted) == sorted(expected)  # each once
+    log = run.stderr()
+    assert "stopping" in log
+    assert "Traceback" not in log
