@@ -64,6 +64,8 @@ def iter_audience(loaded: LoadedCampaign) -> Iterator[Recipient | RowProblem]:
         return _iter_campaign_csv(loaded, audience)
     if isinstance(audience, UrlAudience):
         return iter_url_audience(audience)
+    if audience is None:  # enrollment: manual without an audience: recipients come one by one
+        return iter(())
     assert_never(audience)
 
 

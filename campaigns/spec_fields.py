@@ -2,20 +2,24 @@
 
 ``Invalid`` is the validation failure the models raise (its hint reaches the operator); the
 ``describe``/``quote_hint`` helpers say in plain English what YAML made of a value; the rest are
-field checks used by more than one model: delays, step ids, URLs and HTTP request headers.
+field checks used by more than one model: mailboxes (from, reply_to), delays, step ids, URLs
+and HTTP request headers. ``located`` reports problems below the value being validated at their
+own paths (and so at their own YAML lines).
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date, timedelta
 from pathlib import PurePath
 from typing import Annotated
 
-from pydantic import BeforeValidator, PlainSerializer
+from pydantic import BeforeValidator, PlainSerializer, PlainValidator
+from pydantic_core import PydanticCustomError
 
+from campaigns.addresses import AddressError, Mailbox, make_mailbox, split_display_name
 from campaigns.durations import DURATION_HINT, format_duration, parse_duration
 from campaigns.errors import excerpt
 from dispatch.egress import EgressDenied, check_url_syntax
@@ -31,6 +35,20 @@ class Invalid(ValueError):
     def __init__(self, message: str, hint: str | None = None) -> None:
         super().__init__(message)
         self.hint = hint
+
+
+# (path below the value that failed, message, hint)
+Problem = tuple[tuple[str | int, ...], str, str | None]
+LOCATED = "located"
+
+
+def located(problems: Sequence[Problem]) -> PydanticCustomError:
+    """An error for several problems at paths below the value being validated (a model, a list),
+    so each is reported at its own key and line rather than at the value's."""
+    summary = "; ".join(message for _, message, _ in problems)
+    return PydanticCustomError(
+        LOCATED, "{summary}", {"summary": summary, "problems": tuple(problems)}
+    )
 
 
 def closest_key_hint(key: object, valid_keys: list[str]) -> str:
@@ -89,11 +107,17 @@ def quote_hint(value: object) -> str | None:
     return None
 
 
+# "1w2d3h4m5s" is ten characters; this is generous and keeps error messages short.
+_MAX_DURATION_CHARS = 40
+
+
 def parse_after(value: object) -> object:
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise Invalid("negative delays are not allowed", DURATION_HINT)
         return value
+    if isinstance(value, str) and len(value) > _MAX_DURATION_CHARS:
+        raise Invalid(f"invalid duration {excerpt(value, 40)}: too long", DURATION_HINT)
     if isinstance(value, (str, int)):
         try:
             return parse_duration(value)
@@ -145,3 +169,46 @@ def check_headers_field(value: dict[str, str]) -> dict[str, str]:
     except HeaderError as error:
         raise Invalid(str(error), ENV_REFERENCE_HINT) from None
     return value
+
+
+# --- from / reply_to -------------------------------------------------------------------------
+
+_MAILBOX_KEYS = ["address", "name"]
+
+
+def _coerce_mailbox(value: object) -> Mailbox:
+    """Accept 'Name <a@b.c>', 'a@b.c' or {address, name}; return a validated Mailbox."""
+    if isinstance(value, Mailbox):
+        return make_mailbox(value.address, value.name)
+    if isinstance(value, str):
+        try:
+            name, address = split_display_name(value)
+            return make_mailbox(address, name)
+        except AddressError as error:
+            raise Invalid(f"invalid address {excerpt(value)}: {error}") from None
+    if isinstance(value, Mapping):
+        for key in value:
+            if key not in _MAILBOX_KEYS:
+                raise Invalid(f"unknown key {excerpt(key)}", closest_key_hint(key, _MAILBOX_KEYS))
+        raw_address, display_name = value.get("address"), value.get("name")
+        if not isinstance(raw_address, str):
+            raise Invalid("needs an 'address' (text)")
+        if display_name is not None and not isinstance(display_name, str):
+            raise Invalid("'name' must be text", "put it in quotes")
+        try:
+            return make_mailbox(raw_address, display_name)
+        except AddressError as error:
+            raise Invalid(f"invalid address {excerpt(raw_address)}: {error}") from None
+    raise Invalid(
+        "expected an address",
+        "e.g. 'Acme News <news@acme.example>' or {address: ..., name: ...}",
+    )
+
+
+def _mailbox_as_mapping(mailbox: Mailbox) -> dict[str, str | None]:
+    return {"address": mailbox.address, "name": mailbox.name}
+
+
+MailboxField = Annotated[
+    Mailbox, PlainValidator(_coerce_mailbox), PlainSerializer(_mailbox_as_mapping)
+]

@@ -87,6 +87,8 @@ def campaign_hash(
     Each file is hashed on its own (streaming), and the manifest lists those digests with the
     paths as written in the YAML, one per line, JSON-quoted so no path can forge a line. So an
     edit of a template or of the CSV changes the hash, while moving the whole folder does not.
+    load_campaign passes the CSV only for a campaign sent once (at launch or start_at): a
+    schedule or enrollment re-reads its audience for each occurrence, so the list is data.
     """
     manifest = [_HASH_FORMAT, f"campaign {hashlib.sha256(source).hexdigest()}"]
     manifest += [f"template {json.dumps(ref)} {digest}" for ref, digest in templates]

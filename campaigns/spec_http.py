@@ -11,7 +11,7 @@ import math
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 from campaigns.errors import excerpt
 from campaigns.spec_fields import (
@@ -23,6 +23,7 @@ from campaigns.spec_fields import (
     describe,
     quote_hint,
 )
+from campaigns.spec_schedule import ClockTime, StepZone, Weekdays, check_step_timing, yaml_on_key
 from dispatch.webhook import METHODS as WEBHOOK_METHODS
 
 
@@ -74,7 +75,20 @@ class WebhookStepSpec(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     body: Any
     after: Delay = timedelta(0)
+    at: ClockTime | None = None  # see spec_schedule
+    on: Weekdays | None = None
+    timezone: StepZone | None = None
     in_doubt: Literal["hold", "resend"] = "hold"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, value: object) -> object:
+        return yaml_on_key(value)
+
+    @model_validator(mode="after")
+    def _check_timing(self) -> WebhookStepSpec:
+        check_step_timing(self.at, self.on, self.timezone)
+        return self
 
     @field_validator("id")
     @classmethod

@@ -117,11 +117,11 @@ class CampaignStore:
         rows = conn.execute(sa.select(*_COLUMNS).order_by(C.name))
         return [_row(r) for r in rows]
 
-    def scheduled(self, conn: sa.Connection, names: Sequence[str] | None = None) -> list[CampaignRow]:
+    def scheduled(
+        self, conn: sa.Connection, names: Sequence[str] | None = None
+    ) -> list[CampaignRow]:
         """Active campaigns whose trigger a scheduler materialises (``names``: only those)."""
-        stmt = sa.select(*_COLUMNS).where(
-            C.status == "active", C.trigger.in_(SCHEDULED_TRIGGERS)
-        )
+        stmt = sa.select(*_COLUMNS).where(C.status == "active", C.trigger.in_(SCHEDULED_TRIGGERS))
         if names is not None:
             stmt = stmt.where(C.name.in_(list(names)))
         return [_row(r) for r in conn.execute(stmt.order_by(C.name))]

@@ -163,9 +163,7 @@ def _write(
             if state == DONE:
                 report.done += store.finish(conn, row.id, DONE) is not None
                 continue
-            ended = end_drip(
-                conn, name, step_ids, row, state, reason=reason or state, actor=actor
-            )
+            ended = end_drip(conn, name, step_ids, row, state, reason=reason or state, actor=actor)
             report.ended += ended is not None
 
 

@@ -231,9 +231,7 @@ class EnrollmentStore:
         """Enrollments per state (every state present, zero included)."""
         counts = dict.fromkeys((ACTIVE, LEFT, ENDED, DONE), 0)
         rows = conn.execute(
-            sa.select(E.state, sa.func.count())
-            .where(E.campaign == campaign)
-            .group_by(E.state)
+            sa.select(E.state, sa.func.count()).where(E.campaign == campaign).group_by(E.state)
         )
         for state, n in rows:
             counts[state] = n

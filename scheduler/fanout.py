@@ -15,7 +15,7 @@ them from the spool instead of rendering every message a second time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.engine import Connection, Engine
@@ -37,7 +37,9 @@ from scheduler.snapshot import (
 )
 from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
+from templates.errors import TemplateError
 
+MAX_PROBLEMS = 20  # rendering problems kept per fan-out
 BATCH_SIZE = 500  # jobs per transaction: big enough to amortise the commit, small enough to
 # keep SQLite's write lock short and memory flat
 
@@ -50,6 +52,10 @@ class FanoutResult:
     new_jobs: int = 0
     existing_jobs: int = 0
     skipped_rows: int = 0  # audience rows that could not be used (each counted once)
+    # Messages that failed to render for their recipient (a scheduled occurrence's list is not
+    # checked before it fans out): skipped, and the first few problems kept to be shown.
+    unrendered: int = 0
+    problems: list[str] = field(default_factory=list)
     steps_done: int = 0
 
 
@@ -212,9 +218,17 @@ def _fan_out_step(
             result.existing_jobs += 1
             continue
         if isinstance(entry, Recipient):
-            entry = compose_broadcast(
-                loaded, planned.planner, planned.index, step, entry, occurrence_at
-            )
+            recipient = entry
+            try:
+                entry = compose_broadcast(
+                    loaded, planned.planner, planned.index, step, recipient, occurrence_at
+                )
+            except TemplateError as exc:
+                result.unrendered += 1
+                if len(result.problems) < MAX_PROBLEMS:
+                    where = f"{recipient.where} ({recipient.email})"
+                    result.problems.append(f"{where}: step {step.spec.id!r}: {exc}")
+                continue
         batch.append(entry)
         if len(batch) >= batch_size:
             flush()

@@ -89,6 +89,17 @@ class FireStore:
         )
         return result.rowcount == 1
 
+    def skip_due(
+        self, conn: sa.Connection, campaign: str, nominal_at: datetime, reason: str
+    ) -> bool:
+        """A due fire that can no longer be sent becomes skipped, with why."""
+        result = conn.execute(
+            sa.update(trigger_fire_table)
+            .where(F.campaign == campaign, F.nominal_at == nominal_at, F.state == DUE)
+            .values(state=SKIPPED, reason=reason, updated_at=db_now())
+        )
+        return result.rowcount == 1
+
     def history(self, conn: sa.Connection, campaign: str, *, limit: int = 20) -> list[Fire]:
         """The newest ``limit`` fires, newest first."""
         rows = conn.execute(
@@ -110,6 +121,4 @@ class FireStore:
 
     def campaigns_with_due(self, conn: sa.Connection) -> set[str]:
         """Campaigns with a fire decided ``due`` and not yet fanned out."""
-        return set(
-            conn.execute(sa.select(F.campaign).where(F.state == DUE).distinct()).scalars()
-        )
+        return set(conn.execute(sa.select(F.campaign).where(F.state == DUE).distinct()).scalars())

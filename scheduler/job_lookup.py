@@ -51,3 +51,11 @@ def earliest_pending(conn: sa.Connection, campaigns: Sequence[str]) -> datetime 
         )
     ).scalar_one_or_none()
     return found
+
+
+def has_jobs(conn: sa.Connection, campaign: str, occurrence_at: datetime) -> bool:
+    """Whether any job of this occurrence exists (something of it may have been sent)."""
+    found = conn.execute(
+        sa.select(J.id).where(J.campaign == campaign, J.occurrence_at == occurrence_at).limit(1)
+    ).first()
+    return found is not None

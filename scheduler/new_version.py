@@ -108,9 +108,7 @@ class NewVersionFanout:
                     skipped += 1
                     continue
                 job = (
-                    compose_broadcast(
-                        self.loaded, planner, index, step, entry, self.occurrence_at
-                    )
+                    compose_broadcast(self.loaded, planner, index, step, entry, self.occurrence_at)
                     if isinstance(entry, Recipient)
                     else entry
                 )

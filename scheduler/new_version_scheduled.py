@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -31,7 +32,7 @@ from dispatch.models import send_job
 from dispatch.store import NewJob, OutboxStore
 from dispatch.supersede import ExistingJob, VersionReport, VersionStore
 from scheduler.compose import compile_steps, compose_broadcast, compose_job
-from scheduler.enrollment_store import EnrollmentStore, EnrollmentRow
+from scheduler.enrollment_store import EnrollmentRow, EnrollmentStore
 from scheduler.fanout import BATCH_SIZE, FanoutResult
 from scheduler.models import enrollment_table
 from scheduler.planning import Planner
@@ -134,9 +135,7 @@ class ScheduledNewVersion:
             return iter(())
         return iter_audience(self.loaded)
 
-    def _drips(
-        self, conn: sa.Connection, existing: dict[str, ExistingJob], kept: set[str]
-    ) -> None:
+    def _drips(self, conn: sa.Connection, existing: dict[str, ExistingJob], kept: set[str]) -> None:
         name = self.loaded.spec.name
         store = EnrollmentStore(conn.dialect.name)
         jobs = _drip_jobs(conn, name)

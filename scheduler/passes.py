@@ -36,12 +36,12 @@ from campaigns.store import CampaignRow, CampaignStore
 from scheduler.compose import CompileFailures, compile_steps
 from scheduler.drip import advance_drips
 from scheduler.enrollment import SyncReport, end_suppressed, sync_audience
-from scheduler.fanout import BATCH_SIZE, materialise
+from scheduler.fanout import BATCH_SIZE, FanoutResult, materialise
 from scheduler.fire_store import DUE, SKIPPED, Fire, FireStore
-from scheduler.job_lookup import earliest_pending
+from scheduler.job_lookup import earliest_pending, has_jobs
 from scheduler.snapshot import SnapshotBusy
 from scheduler.source import reload
-from scheduler.triggers import decide, next_fire, trigger_of
+from scheduler.triggers import catch_up_policy, decide, next_fire, trigger_of
 from templates.errors import TemplateError
 
 URL_REFRESH = 300.0  # seconds between two fetches of an enrollment campaign's URL audience
@@ -151,9 +151,7 @@ def run_pass(
         else:
             try:
                 if row.trigger == "enrollment":
-                    _drip_pass(
-                        engine, source.loaded, result, now, actor, state, url_refresh
-                    )
+                    _drip_pass(engine, source.loaded, result, now, actor, state, url_refresh)
                 else:
                     _broadcast_pass(
                         engine, row, source.loaded, result, now, takeover_after, batch_size
@@ -187,30 +185,56 @@ def _broadcast_pass(
     fires = FireStore(engine.dialect.name)
     with engine.connect() as conn:
         cursor = fires.cursor(conn, row.name)
-    decision = decide(
-        loaded.spec, trigger, registered_at=row.launched_at, cursor=cursor, now=now
-    )
+    decision = decide(loaded.spec, trigger, registered_at=row.launched_at, cursor=cursor, now=now)
     decided = [Fire(moment, DUE) for moment in decision.fire]
     decided += [Fire(moment, SKIPPED, reason) for moment, reason in decision.skip]
     with engine.begin() as conn:
         fires.record(conn, row.name, sorted(decided, key=lambda fire: fire.nominal_at))
         due = fires.due(conn, row.name)
     result.skipped = list(decision.skip)
+    _, max_age = catch_up_policy(loaded.spec, trigger)
     for occurrence_at in due:
-        fanout = materialise(
-            engine,
-            loaded,
-            occurrence_at,
-            batch_size=batch_size,
-            per_occurrence=True,
-            takeover_after=takeover_after,
-        )
+        try:
+            fanout = materialise(
+                engine,
+                loaded,
+                occurrence_at,
+                batch_size=batch_size,
+                per_occurrence=True,
+                takeover_after=takeover_after,
+            )
+        except (CampaignError, TemplateError, CompileFailures) as exc:
+            # Retried at every pass; given up once the policy would no longer send it late,
+            # if nothing of it was sent (then it is finished as well as it can be, later).
+            late = now - occurrence_at > max_age
+            with engine.begin() as conn:
+                if late and not has_jobs(conn, row.name, occurrence_at):
+                    reason = f"not sent: could not be fanned out in time: {_first_line(exc)}"
+                    fires.skip_due(conn, row.name, occurrence_at, reason)
+                    result.skipped.append((occurrence_at, reason))
+                    continue
+            raise
         with engine.begin() as conn:
             fires.mark_done(conn, row.name, occurrence_at)
         result.fired.append(occurrence_at)
         result.new_jobs += fanout.new_jobs
         result.existing_jobs += fanout.existing_jobs
+        result.note = _fanout_note(occurrence_at, fanout) or result.note
     result.next_fire = next_fire(trigger, after=now)
+
+
+def _fanout_note(occurrence_at: datetime, fanout: FanoutResult) -> str | None:
+    """What an occurrence's fan-out left out (its list is not checked before it fires)."""
+    parts = []
+    if fanout.skipped_rows:
+        parts.append(f"{fanout.skipped_rows} audience row(s) could not be used")
+    if fanout.unrendered:
+        parts.append(
+            f"{fanout.unrendered} message(s) could not be rendered (first: {fanout.problems[0]})"
+        )
+    if not parts:
+        return None
+    return f"occurrence {occurrence_at.isoformat()}: {'; '.join(parts)}; skipped"
 
 
 def _drip_pass(

@@ -118,7 +118,8 @@ class JobSpool:
 
 def _job(fields: list[object], payload: bytes) -> NewJob:
     (_, key, key_tuple, campaign, step, occurrence_at, channel, sender, recipient, message_id,
-     not_before, max_send_attempts, max_claims, in_doubt_policy, mailbox, window) = fields  # fmt: skip
+     not_before, max_send_attempts, max_claims, in_doubt_policy, mailbox,
+     window) = fields  # fmt: skip
     return NewJob(
         key=str(key),
         key_tuple=str(key_tuple),

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from campaigns.spec import CampaignSpec
-from scheduler.timing import CatchUpDecision, Trigger, apply_catch_up
+from scheduler.timing import CatchUp, CatchUpDecision, Trigger, apply_catch_up
 
 GRACE = timedelta(minutes=5)  # a fire this late is on time (research §2)
 JUST_BEFORE = timedelta(microseconds=1)
@@ -43,12 +43,15 @@ def trigger_of(spec: CampaignSpec, registered_at: datetime) -> Trigger | None:
     # The anchor of an interval without start: the registration, whole seconds (the first
     # fire is then the registration itself, due at the launch's own pass).
     start = schedule.start or registered_at.replace(microsecond=0)
-    return Trigger("every", every=schedule.every, zone=schedule.zone_name, start=start, end=schedule.end)
+    return Trigger(
+        "every", every=schedule.every, zone=schedule.zone_name, start=start, end=schedule.end
+    )
 
 
-def _policy(spec: CampaignSpec, trigger: Trigger) -> tuple[str, timedelta]:
+def catch_up_policy(spec: CampaignSpec, trigger: Trigger) -> tuple[CatchUp, timedelta]:
+    """The campaign's catch-up policy and max_catch_up_age (default: the trigger's)."""
     schedule = spec.schedule
-    policy = schedule.catch_up if schedule is not None else "latest"
+    policy: CatchUp = schedule.catch_up if schedule is not None else "latest"
     max_age = (
         schedule.max_catch_up_age
         if schedule is not None and schedule.max_catch_up_age is not None
@@ -66,7 +69,7 @@ def decide(
     now: datetime,
 ) -> CatchUpDecision:
     """The fires in (cursor, now], each to fire or to skip (with its reason)."""
-    policy, max_age = _policy(spec, trigger)
+    policy, max_age = catch_up_policy(spec, trigger)
     if cursor is None and trigger.kind == "once":
         assert trigger.at is not None
         if trigger.at <= registered_at:

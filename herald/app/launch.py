@@ -109,8 +109,17 @@ def validate(
     """
     loaded = load(file)
     with progress("rendering", None) as tick:
-        report = check_campaign(loaded, clock(), progress=tick)
+        report = check_campaign(
+            loaded, clock(), progress=tick, require_recipients=needs_recipients(loaded)
+        )
     return Validation(loaded, report)
+
+
+def needs_recipients(loaded: LoadedCampaign) -> bool:
+    """Whether an empty audience is a problem: for a campaign sent once to today's list (at
+    launch, or at its start_at, whose CSV is part of its hash), yes; a schedule's later
+    occurrences and an enrollment campaign's later enrollments may fill it."""
+    return loaded.spec.trigger in ("launch", "start_at")
 
 
 def launch(
@@ -208,7 +217,11 @@ def _launch_scheduled(
     with progress("checking", None) as tick:
         # Today's audience, read live: each occurrence snapshots its own list when it fires.
         report = check_campaign(
-            loaded, now, progress=tick, count_duplicates=False, require_recipients=False
+            loaded,
+            now,
+            progress=tick,
+            count_duplicates=False,
+            require_recipients=needs_recipients(loaded),
         )
     if not report.ok:
         raise CheckFailed(report)

@@ -86,7 +86,8 @@ def test_launching_a_cron_campaign_prints_its_next_fire(db_url: str, tmp_path: P
     assert document["trigger"] == "schedule"
     assert document["new_jobs"] == 0
     scheduler = document["scheduler"]
-    assert scheduler["fired"] == [] and scheduler["next_fire"].endswith("+00:00")
+    assert scheduler["fired"] == []
+    assert scheduler["next_fire"].endswith("+00:00")
     shown = cli(db_url, "launch", str(path))
     assert shown.exit_code == 0
     assert "already launched: digest (version 1)" in shown.stdout

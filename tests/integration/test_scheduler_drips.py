@@ -104,7 +104,8 @@ def test_recipients_added_between_passes_get_their_own_drip(engine: Engine, tmp_
     folder = tmp_path / "c"
     path = write_scheduled(folder, DRIP, ["ann@example.com", "bob@example.com"], name="drip")
     launched = launch_at(engine, path, T0)
-    assert launched.scheduled is not None and launched.scheduled.enrolled == 2
+    assert launched.scheduled is not None
+    assert launched.scheduled.enrolled == 2
     welcome = by_mailbox(jobs(engine), "welcome")
     assert {m: (j.occurrence_at, j.not_before) for m, j in welcome.items()} == {
         "ann@example.com": (T0S, T0S),
@@ -139,7 +140,8 @@ def test_a_recipient_who_leaves_gets_nothing_more(engine: Engine, tmp_path: Path
     write_people(folder / "people.csv", ["ann@example.com"])
     report = pass_at(engine, T0 + timedelta(hours=1))
     done = report.get("drip")
-    assert done is not None and (done.left, done.withdrawn) == (1, 1)
+    assert done is not None
+    assert (done.left, done.withdrawn) == (1, 1)
     bob = by_mailbox(jobs(engine), "welcome")["bob@example.com"]
     assert bob.state == "cancelled"
     assert enrollments(engine)["bob@example.com"][0] == "left"
@@ -150,7 +152,9 @@ def test_a_recipient_who_leaves_gets_nothing_more(engine: Engine, tmp_path: Path
     # An empty read removes nobody (a file caught half-written).
     write_people(folder / "people.csv", [])
     quiet = pass_at(engine, T0 + timedelta(hours=3)).get("drip")
-    assert quiet is not None and quiet.left == 0 and quiet.note is not None
+    assert quiet is not None
+    assert quiet.left == 0
+    assert quiet.note is not None
     assert enrollments(engine)["ann@example.com"][0] == "active"
 
 
@@ -162,7 +166,8 @@ def test_a_suppressed_recipient_gets_nothing_more(engine: Engine, tmp_path: Path
     with engine.begin() as conn:
         suppress(conn, "BOB@example.com", "unsubscribed")
     done = pass_at(engine, T0 + timedelta(minutes=5)).get("drip")
-    assert done is not None and (done.ended, done.withdrawn) == (1, 1)
+    assert done is not None
+    assert (done.ended, done.withdrawn) == (1, 1)
     assert enrollments(engine)["bob@example.com"][:1] == ("ended",)
     assert by_mailbox(jobs(engine), "welcome")["bob@example.com"].state == "cancelled"
 
@@ -199,7 +204,8 @@ def test_a_cancelled_step_ends_the_drip(engine: Engine, tmp_path: Path) -> None:
     pass_at(engine, T0 + timedelta(minutes=1))
     state, next_step, _, reason = enrollments(engine)["ann@example.com"]
     assert (state, next_step) == ("ended", 1)
-    assert reason is not None and "cancelled" in reason
+    assert reason is not None
+    assert "cancelled" in reason
 
 
 MANUAL_WINDOW = """\
@@ -217,7 +223,8 @@ def test_send_windows_follow_each_recipients_zone(engine: Engine, tmp_path: Path
     path = write_scheduled(tmp_path / "c", MANUAL_WINDOW, name="welcome")
     friday_evening = datetime(2026, 1, 9, 20, 0, tzinfo=UTC)  # Fri 21:00 Berlin
     launched = launch_at(engine, path, friday_evening)
-    assert launched.scheduled is not None and launched.scheduled.new_jobs == 0
+    assert launched.scheduled is not None
+    assert launched.scheduled.new_jobs == 0
     with freeze_time(friday_evening):
         for address, zone in [
             ("tokyo@example.com", "Asia/Tokyo"),  # Sat 05:00 there: Monday 09:00 JST
@@ -232,8 +239,10 @@ def test_send_windows_follow_each_recipients_zone(engine: Engine, tmp_path: Path
                 timezone=zone,
                 actor="t",
             )
-            assert result.created and result.enrolled_at == friday_evening
-            assert result.scheduled is not None and result.scheduled.new_jobs == 1
+            assert result.created
+            assert result.enrolled_at == friday_evening
+            assert result.scheduled is not None
+            assert result.scheduled.new_jobs == 1
     found = by_mailbox(jobs(engine), "hello")
     assert {m: j.not_before for m, j in found.items()} == {
         "tokyo@example.com": datetime(2026, 1, 12, 0, 0, tzinfo=UTC),
@@ -254,7 +263,8 @@ def test_enrolling_twice_is_a_no_op(engine: Engine, tmp_path: Path) -> None:
     data = '{"plan": "pro"}'
     first = enroll(engine, "welcome", "Ann <ann@example.com>", data=data, clock=lambda: T0)
     again = enroll(engine, "welcome", "ANN@example.com", clock=lambda: T0 + timedelta(days=1))
-    assert first.created and not again.created
+    assert first.created
+    assert not again.created
     assert again.enrolled_at == first.enrolled_at == T0S
     assert len(jobs(engine)) == 1
 

@@ -118,7 +118,8 @@ def test_the_default_catch_up_skips_a_fire_older_than_a_day(engine: Engine, tmp_
     assert report.fired == 0
     [(moment, state, reason)] = fires(engine, "digest")
     assert (moment, state) == (MONDAYS[0], "skipped")
-    assert reason is not None and "max_catch_up_age" in reason
+    assert reason is not None
+    assert "max_catch_up_age" in reason
 
 
 def test_each_occurrence_reads_the_audience_of_its_day(engine: Engine, tmp_path: Path) -> None:
@@ -180,7 +181,8 @@ def test_a_changed_file_fires_nothing_until_restored(engine: Engine, tmp_path: P
     report = pass_at(engine, MONDAYS[0])
     assert report.fired == 0
     note = note_of(engine, "digest")
-    assert note is not None and "changed since it was launched" in note
+    assert note is not None
+    assert "changed since it was launched" in note
     assert jobs(engine) == []
     assert fires(engine, "digest") == []  # nothing decided: the fire waits for the file
     path.unlink()
@@ -233,7 +235,8 @@ steps:
     else:
         launched = launch_at(engine, path, REGISTERED)
         assert launched.fanout.new_jobs == 0
-        assert launched.scheduled is not None and launched.scheduled.next_fire == MONDAYS[0]
+        assert launched.scheduled is not None
+        assert launched.scheduled.next_fire == MONDAYS[0]
         assert pass_at(engine, MONDAYS[0] - timedelta(seconds=1)).fired == 0
         assert pass_at(engine, MONDAYS[0] + timedelta(seconds=5)).fired == 1
     assert pass_at(engine, MONDAYS[3]).fired == 0
@@ -273,3 +276,58 @@ def test_two_passes_racing_insert_each_fire_and_job_once(
     assert [(moment, state) for moment, state, _ in fires(engine, "digest")] == [
         (monday, "done") for monday in MONDAYS[:3]
     ]
+
+
+def test_a_row_that_cannot_be_rendered_is_skipped_and_noted(engine: Engine, tmp_path: Path) -> None:
+    body = """\
+audience: people.csv
+schedule: {cron: "0 8 * * mon"}
+steps:
+  - id: digest
+    subject: "News about {{ topic }}"
+    text: "Hello"
+"""
+    path = write_scheduled(tmp_path / "c", body)
+    people = tmp_path / "c" / "people.csv"
+    people.write_text("email,topic\nann@example.com,cats\n")
+    launch_at(engine, path, REGISTERED)
+    # This week's list has a topic that would break the Subject line, and a broken row.
+    people.write_text(
+        'email,topic\nann@example.com,cats\nevil@example.com,"dogs\nBcc: all@x.example"\nbad,B\n'
+    )
+    done = pass_at(engine, MONDAYS[0]).get("digest")
+    assert done is not None
+    assert done.fired == [MONDAYS[0]]
+    assert {job.mailbox for job in jobs(engine)} == {"ann@example.com"}
+    assert done.note is not None
+    assert "1 message(s)" in done.note
+    assert "evil@example.com" in done.note
+    assert "1 audience row(s)" in done.note
+    assert note_of(engine, "digest") == done.note
+
+
+def test_a_fire_that_cannot_be_fanned_out_is_retried_then_given_up(
+    engine: Engine, tmp_path: Path
+) -> None:
+    path = weekly(tmp_path / "c")
+    launch_at(engine, path, REGISTERED)
+    (tmp_path / "c" / "people.csv").unlink()
+    first = pass_at(engine, MONDAYS[0]).get("digest")
+    assert first is not None
+    assert first.fired == []
+    assert "people.csv" in (first.note or "")
+    assert [state for _, state, _ in fires(engine, "digest")] == ["due"]
+    # Restored within the catch-up age: the fire goes out, late.
+    write_people(tmp_path / "c" / "people.csv", PEOPLE)
+    assert pass_at(engine, MONDAYS[0] + timedelta(hours=3)).fired == 1
+    assert note_of(engine, "digest") is None
+    # Gone again for longer than a day: the next Monday's fire is given up, with why.
+    (tmp_path / "c" / "people.csv").unlink()
+    assert pass_at(engine, MONDAYS[1]).fired == 0
+    late = pass_at(engine, MONDAYS[1] + timedelta(days=1, minutes=1)).get("digest")
+    assert late is not None
+    assert [moment for moment, _ in late.skipped] == [MONDAYS[1]]
+    (moment, state, reason) = fires(engine, "digest")[1]
+    assert (moment, state) == (MONDAYS[1], "skipped")
+    assert reason is not None
+    assert "could not be fanned out in time" in reason
