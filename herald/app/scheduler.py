@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 TICK_JOB = "herald:tick"
 WAKE_JOB = "herald:wake"
+STARTED = "scheduler running"
 FORCED_EXIT = 130  # the second SIGTERM/SIGINT: leave at once, as `herald worker` does
 
 
@@ -191,6 +192,8 @@ class SchedulerService:
     async def run(self) -> SchedulerTotals:
         """Pass after pass until ``stop``; database errors are reported and retried."""
         self.timer.start()
+        # Said once the signal handlers (if any) are in place: from here a SIGTERM is graceful.
+        self.say(f"{STARTED}: a pass at least every {self.options.tick:g}s")
         try:
             while not self.stopping:
                 self.timer.event.clear()  # a ring during the pass means: pass again at once

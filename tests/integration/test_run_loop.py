@@ -89,7 +89,8 @@ def test_scheduler_and_worker_in_one_loop_deliver_and_stop_on_sigterm(
     assert set(accepted) == expected
     assert report.worker.sent == len(expected)
     assert report.scheduler.passes == len(passes) >= 1
-    assert lines[0].endswith(f" {len(expected)} new job(s)")
+    assert lines[0] == "scheduler running: a pass at least every 0.2s"
+    assert lines[1].endswith(f" {len(expected)} new job(s)")
     assert report.as_dict()["scheduler"]["errors"] == 0
 
 
