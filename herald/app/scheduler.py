@@ -43,7 +43,9 @@ class PassOutcome(Protocol):
     @property
     def did_something(self) -> bool: ...
 
-    def line(self) -> str: ...
+    def line(self) -> str:
+        """What it did, or "nothing was due"."""
+        ...
 
     def as_dict(self) -> dict[str, object]: ...
 
@@ -70,8 +72,10 @@ class SchedulerOptions:
     """What ``herald scheduler`` (and ``herald run``) let the operator choose."""
 
     tick: float = 30.0  # seconds between passes when nothing is due sooner
-    # A wake is never armed sooner than this after a pass: a campaign the database keeps
-    # reporting as due (a bug, a file that cannot be read) costs one pass a second, not a spin.
+    # A wake is never armed sooner than this after a pass, and the gap doubles (up to ``tick``)
+    # while passes woken for overdue work do nothing: work the database keeps reporting as due
+    # but a pass cannot do yet (an audience another scheduler is reading, a fire retried after
+    # an error) costs a few passes, not a spin.
     min_gap: float = 1.0
     backoff_first: float = 1.0  # after a database error; doubles up to ``tick``
 
@@ -177,6 +181,7 @@ class SchedulerService:
         self.totals = SchedulerTotals()
         self._stop = asyncio.Event()
         self._failures = 0  # database errors in a row
+        self._idle_overdue = 0  # passes in a row woken for overdue work that did nothing
 
     # ------------------------------------------------------------ control
 
@@ -219,13 +224,15 @@ class SchedulerService:
     async def _pass(self) -> tuple[bool, datetime | None]:
         """(False, None) after a database error (reported), else (True, the next wake)."""
         try:
-            _, wake = await asyncio.to_thread(self._pass_in_thread)
+            report, wake = await asyncio.to_thread(self._pass_in_thread)
         except SQLAlchemyError as exc:
             self.totals.errors += 1
             self._failures += 1
             self.say(f"database error: {_first_line(exc)}; retrying in {self._backoff():g}s")
             return False, None
         self._failures = 0
+        overdue = wake is not None and wake <= self.clock()
+        self._idle_overdue = self._idle_overdue + 1 if overdue and not report.did_something else 0
         return True, wake
 
     def _pass_in_thread(self) -> tuple[PassOutcome, datetime | None]:
@@ -240,7 +247,8 @@ class SchedulerService:
     def _clamped(self, wake: datetime | None) -> datetime | None:
         if wake is None:
             return None
-        return max(wake, self.clock() + timedelta(seconds=self.options.min_gap))
+        gap = min(self.options.tick, self.options.min_gap * 2.0 ** max(0, self._idle_overdue - 1))
+        return max(wake, self.clock() + timedelta(seconds=gap))
 
     def _backoff(self) -> float:
         first = self.options.backoff_first

@@ -19,17 +19,22 @@ if TYPE_CHECKING:
     from scheduler.passes import CampaignPass, PassReport
 
 
+WAITING = "waiting: another scheduler is reading its audience (taken over if it stops)"
+
+
 @dataclass(frozen=True)
 class PassSummary:
     report: PassReport
     parts: tuple[str, ...]  # one per campaign that did something, "name: what"
+    waiting: tuple[str, ...] = ()  # campaigns whose occurrence another scheduler is reading
 
     @property
     def did_something(self) -> bool:
         return bool(self.parts)
 
     def line(self) -> str:
-        return "; ".join(self.parts) if self.parts else "nothing was due"
+        said = [*self.parts, *(f"{name}: {WAITING}" for name in self.waiting)]
+        return "; ".join(said) if said else "nothing was due"
 
     def as_dict(self) -> dict[str, object]:
         return self.report.summary()
@@ -55,7 +60,8 @@ class ScheduledPass:
             said = describe(campaign, self._note_change(campaign))
             if said:
                 parts.append(f"{campaign.campaign}: {', '.join(said)}")
-        return PassSummary(report, tuple(parts))
+        waiting = tuple(campaign.campaign for campaign in report.campaigns if campaign.busy)
+        return PassSummary(report, tuple(parts), waiting)
 
     def _note_change(self, campaign: CampaignPass) -> str | None:
         if campaign.busy:

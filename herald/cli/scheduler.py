@@ -46,7 +46,7 @@ def scheduler(
             if as_json:
                 out.print_json(json.dumps(report.as_dict()))
             else:
-                out.print(report.line() if report.did_something else "nothing was due")
+                out.print(report.line())
             return
         totals = run_scheduler(service, handle_signals=True, on_stopping=_say_scheduler_stopping)
         if as_json:

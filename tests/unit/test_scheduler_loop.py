@@ -222,6 +222,27 @@ def test_a_wake_in_the_past_is_held_to_the_minimum_gap(engine: Engine) -> None:
     assert all(gap >= timedelta(seconds=0.19) for gap in gaps), gaps
 
 
+def test_the_gap_doubles_while_overdue_work_cannot_be_done_and_resets_when_it_is(
+    engine: Engine,
+) -> None:
+    # The clock stands still, so each armed wake is exactly now + the gap chosen.
+    fake = FakeScheduler(wake=lambda now: now - timedelta(hours=1), fired=lambda n: n == 4)
+    svc = service(engine, fake, min_gap=0.01, tick=0.05)
+    svc.clock = lambda: T0
+    armed: list[datetime | None] = []
+    arm = svc.timer.arm
+
+    def recording(at: datetime | None) -> None:
+        armed.append(at)
+        arm(at)
+
+    svc.timer.arm = recording  # type: ignore[method-assign]
+    asyncio.run(run_until(svc, fake, 8))
+    gaps = [round((at - T0).total_seconds(), 3) for at in armed[:8] if at is not None]
+    # Pass 4 fired something, the others nothing. The gap never exceeds the tick.
+    assert gaps == [0.01, 0.02, 0.04, 0.01, 0.01, 0.02, 0.04, 0.05]
+
+
 def test_the_injected_clock_is_the_passes_now(engine: Engine) -> None:
     fake = FakeScheduler(wake=lambda now: None)
     svc = service(engine, fake)

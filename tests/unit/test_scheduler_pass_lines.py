@@ -80,3 +80,19 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
     assert states[0] is not None
     assert all(state is states[0] for state in states)
     assert lines[0].as_dict()["campaigns"][0]["note"] == "file missing"  # type: ignore[index]
+
+
+def test_a_campaign_another_scheduler_is_reading_is_shown_but_is_not_work_done(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run_pass(
+        engine: Engine, *, now: datetime, actor: str, state: PassState | None = None
+    ) -> PassReport:
+        return PassReport(now, [CampaignPass("big", "start_at", busy=True, note="ignored")])
+
+    monkeypatch.setattr(scheduler.passes, "run_pass", run_pass)
+    summary = ScheduledPass()(engine, now=NOW, actor="t")
+    assert not summary.did_something
+    assert summary.line() == (
+        "big: waiting: another scheduler is reading its audience (taken over if it stops)"
+    )
