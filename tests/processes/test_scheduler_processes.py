@@ -1,7 +1,8 @@
 """Real scheduler processes (docs/design.md §7): two `herald scheduler`s and three `herald worker`s
 on one PostgreSQL database, schedulers SIGKILLed at random and restarted, and every occurrence
-materialised once and mailed once per recipient, counted at a real SMTP server's ledger; and
-`herald run` on the embedded SQLite database, picking up a campaign launched while it runs.
+materialised once and mailed once per recipient, counted at a real SMTP server's ledger;
+`herald run` on the embedded SQLite database, picking up a campaign launched while it runs; and
+SIGTERM in the middle of a pass (it finishes), twice (exit 130; the next pass resumes).
 
 Verdicts do not depend on the machine's speed: the runs end when the database says the work is
 done (or stops making progress for a long time), and the expected fires and Message-IDs are
@@ -32,7 +33,8 @@ from tests.support.paths import HERALD
 from tests.support.smtp_server import LedgerSMTPServer
 
 TERMINAL = ("sent", "failed", "cancelled", "in_doubt")
-# What each command says on stderr once a SIGTERM would be handled gracefully.
+# What each command says on stderr once a SIGTERM would be handled gracefully. A worker says
+# nothing at start; here the workers run for the whole test before they are stopped.
 READY = {"scheduler": "scheduler running", "worker": ""}
 STALL = 90.0  # no progress for this long fails the run (a loaded machine needs far less)
 CAP = 600.0  # and the run never lasts longer than this
