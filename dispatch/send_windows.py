@@ -9,9 +9,12 @@ outside it back until it opens (W2, ``dispatch.outbox.send.SendOps.defer_claims`
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from datetime import datetime
 from functools import lru_cache
 
+from dispatch.outbox.jobs import ClaimedJob, Deferral
 from dispatch.wallclock import SendWindow
 
 
@@ -36,3 +39,18 @@ def closed_until(send_window: str | None, now: datetime) -> datetime | None:
     if window.contains(now):
         return None
     return window.next_opening(now)
+
+
+def outside_their_window(jobs: Iterable[ClaimedJob], now: datetime) -> list[Deferral]:
+    """A deferral to its window's next opening for each job whose window is closed at ``now``.
+
+    A job whose window cannot be read is not deferred: the worker fails it when it starts the
+    send, with the reason.
+    """
+    deferrals = []
+    for job in jobs:
+        with contextlib.suppress(UnreadableWindow):
+            opens = closed_until(job.send_window, now)
+            if opens is not None:
+                deferrals.append(Deferral(job.lease, opens))
+    return deferrals

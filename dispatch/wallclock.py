@@ -13,12 +13,14 @@ to place a job's first ``not_before``. Everything here is pure: the clock is a p
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_HORIZON_DAYS = 15  # how far next_opening looks ahead
 
 
 class UnknownZone(ValueError):
@@ -83,35 +85,43 @@ class SendWindow:
             raise ValueError("a send window that opens and closes at the same time is empty")
         zone(self.zone)
 
-    def _openings(self, around: datetime) -> list[tuple[datetime, datetime]]:
-        """The openings overlapping [around − 1 day, around + 8 days], in order."""
+    def _openings(self, around: datetime, days_after: int) -> Iterator[tuple[datetime, datetime]]:
+        """The openings of the local days from the day before ``around`` to ``days_after``
+        days after it, in order.
+
+        An opening that lies wholly inside a forward jump (``02:00-03:00`` on the night
+        Berlin skips that hour, or a day a zone skipped altogether) does not exist that day:
+        both ends resolve to the first instant after the gap, and the empty span is left out.
+        """
         tz = zone(self.zone)
         today = around.astimezone(tz).date()
-        spans = []
-        for offset in range(-1, 9):
+        length = (self.end - self.start) % 1440 or 1440
+        for offset in range(-1, days_after + 1):
             day = today + timedelta(days=offset)
             if day.weekday() not in self.days:
                 continue
-            opens = resolve_wall(datetime.combine(day, time()) + timedelta(minutes=self.start), tz)
-            length = (self.end - self.start) % 1440 or 1440
-            closes = resolve_wall(
-                datetime.combine(day, time()) + timedelta(minutes=self.start + length), tz
-            )
-            spans.append((opens, closes))
-        return spans
+            midnight = datetime.combine(day, time())
+            opens = resolve_wall(midnight + timedelta(minutes=self.start), tz)
+            closes = resolve_wall(midnight + timedelta(minutes=self.start + length), tz)
+            if opens < closes:
+                yield opens, closes
 
     def contains(self, at: datetime) -> bool:
-        return any(opens <= at < closes for opens, closes in self._openings(at))
+        # Only the day before (an opening that crosses midnight) and the day itself can hold
+        # ``at``; the day after is there for the odd zone whose dates jump.
+        return any(opens <= at < closes for opens, closes in self._openings(at, 1))
 
     def next_opening(self, at: datetime) -> datetime:
         """``at`` itself when the window is open then, else the moment it next opens."""
         at = at.astimezone(UTC)
-        for opens, closes in self._openings(at):
+        # A window open on one weekday only, whose opening one week does not exist (inside a
+        # DST gap, or a skipped day), opens again within two weeks.
+        for opens, closes in self._openings(at, _HORIZON_DAYS):
             if opens <= at < closes:
                 return at
             if opens > at:
                 return opens
-        raise AssertionError("a window with at least one day opens within 8 days")
+        raise AssertionError(f"a window with at least one day opens within {_HORIZON_DAYS} days")
 
     def to_json(self) -> str:
         return json.dumps(

@@ -31,7 +31,7 @@ from dispatch.backoff import BASE_DELAY, retry_delay
 from dispatch.committer import GroupCommitter
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.outbox_client import OutboxClient
-from dispatch.send_windows import UnreadableWindow, closed_until
+from dispatch.send_windows import UnreadableWindow, closed_until, outside_their_window
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Deferral, LeaseRow, OutboxStore
 from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
@@ -215,25 +215,13 @@ class Worker:
         self.report.claimed += len(jobs)
         if jobs:
             await self.instrumentation.after_claim_commit(jobs)
-        deferrals = self._outside_window(jobs)
+        deferrals = outside_their_window(jobs, self.clock())
         if deferrals:
             await self._defer(deferrals)
         deferred = {d.lease[0] for d in deferrals}
         ready = [job for job in jobs if job.id not in deferred]
         self._backlog.extend(ready)
         return ready
-
-    def _outside_window(self, jobs: list[ClaimedJob]) -> list[Deferral]:
-        """A deferral for each job whose send window is closed now (unreadable ones are left
-        to ``_send``, which fails them)."""
-        now = self.clock()
-        deferrals = []
-        for job in jobs:
-            with contextlib.suppress(UnreadableWindow):
-                opens = closed_until(job.send_window, now)
-                if opens is not None:
-                    deferrals.append(Deferral(job.lease, opens))
-        return deferrals
 
     async def _defer(self, deferrals: list[Deferral]) -> None:
         """W2 for these claims. They are never sent by this worker, whatever the outcome: if

@@ -152,19 +152,27 @@ def _write(
             raise CampaignConflict(
                 f"campaign {name!r} changed during a scheduler pass", hint="the next pass retries"
             )
+        # Rows in id order, as every scheduler takes them: PostgreSQL row locks are then
+        # always taken in one order, and two passes wait for each other instead of deadlocking.
+        changes: list[tuple[EnrollmentRow, NewJob | tuple[str, str | None]]] = [
+            (item.row, job) for item, job in composed
+        ]
+        changes += [(row, (state, reason)) for row, state, reason in finished]
         jobs: list[NewJob] = []
-        for item, job in composed:
-            # The guarded UPDATE first: only the scheduler that moves next_step inserts.
-            if store.advance(conn, item.row.id, item.row.next_step):
-                jobs.append(job)
-        if jobs:
-            report.materialised += outbox.enqueue(conn, jobs)
-        for row, state, reason in finished:
+        for row, change in sorted(changes, key=lambda entry: entry[0].id):
+            if isinstance(change, NewJob):
+                # The guarded UPDATE first: only the scheduler that moves next_step inserts.
+                if store.advance(conn, row.id, row.next_step):
+                    jobs.append(change)
+                continue
+            state, reason = change
             if state == DONE:
                 report.done += store.finish(conn, row.id, DONE) is not None
                 continue
             ended = end_drip(conn, name, step_ids, row, state, reason=reason or state, actor=actor)
             report.ended += ended is not None
+        if jobs:
+            report.materialised += outbox.enqueue(conn, jobs)
 
 
 def _compose(

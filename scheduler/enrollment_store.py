@@ -164,9 +164,9 @@ class EnrollmentStore:
     def active_from(self, conn: sa.Connection, campaign: str, source: str) -> list[tuple[int, str]]:
         """(id, mailbox) of the active enrollments that ``source`` made."""
         rows = conn.execute(
-            sa.select(E.id, E.mailbox).where(
-                E.campaign == campaign, E.state == ACTIVE, E.source == source
-            )
+            sa.select(E.id, E.mailbox)
+            .where(E.campaign == campaign, E.state == ACTIVE, E.source == source)
+            .order_by(E.id)
         )
         return [(r.id, r.mailbox) for r in rows]
 
@@ -176,13 +176,16 @@ class EnrollmentStore:
             sa.select(*_COLUMNS)
             .join(suppression, suppression.c.address == E.mailbox)
             .where(E.campaign == campaign, E.state == ACTIVE)
+            .order_by(E.id)
         )
         return [_row(r) for r in rows]
 
     def by_ids(self, conn: sa.Connection, ids: Sequence[int]) -> list[EnrollmentRow]:
         found: list[EnrollmentRow] = []
         for start in range(0, len(ids), CHUNK):
-            rows = conn.execute(sa.select(*_COLUMNS).where(E.id.in_(ids[start : start + CHUNK])))
+            rows = conn.execute(
+                sa.select(*_COLUMNS).where(E.id.in_(ids[start : start + CHUNK])).order_by(E.id)
+            )
             found += [_row(r) for r in rows]
         return found
 

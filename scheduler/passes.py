@@ -44,6 +44,9 @@ from scheduler.source import reload
 from scheduler.triggers import catch_up_policy, decide, next_fire, trigger_of
 from templates.errors import TemplateError
 
+# What one campaign's definition, files or audience can raise: noted on that campaign, which is
+# retried at the next pass, while the others go on. (Database errors end the pass.)
+CAMPAIGN_PROBLEMS = (CampaignError, TemplateError, CompileFailures, OSError, ValueError)
 URL_REFRESH = 300.0  # seconds between two fetches of an enrollment campaign's URL audience
 TAKEOVER_AFTER = 60.0  # seconds without a write before a snapshot's writer is presumed dead
 
@@ -158,7 +161,7 @@ def run_pass(
                     )
             except SnapshotBusy:
                 result.busy = True
-            except (CampaignError, TemplateError, CompileFailures) as exc:
+            except CAMPAIGN_PROBLEMS as exc:
                 result.note = f"{_first_line(exc)} (retried at the next pass)"
         if not result.busy:
             with engine.begin() as conn:
@@ -203,7 +206,7 @@ def _broadcast_pass(
                 per_occurrence=True,
                 takeover_after=takeover_after,
             )
-        except (CampaignError, TemplateError, CompileFailures) as exc:
+        except CAMPAIGN_PROBLEMS as exc:
             # Retried at every pass; given up once the policy would no longer send it late,
             # if nothing of it was sent (then it is finished as well as it can be, later).
             late = now - occurrence_at > max_age

@@ -161,9 +161,10 @@ class MemoryBase:
 
     @staticmethod
     def _leased(tx: MemoryTx, leases: Sequence[Lease]) -> list[MemJob]:
-        found = (tx.data.jobs.get(job_id) for job_id, _ in leases)
-        tokens = dict(leases)
-        return [j for j in found if j is not None and j.lease_token == tokens[j.id]]
+        """The jobs that carry one of these leases, each once (as ``(id, token) IN (…)``)."""
+        wanted = set(leases)
+        found = (tx.data.jobs.get(job_id) for job_id in dict.fromkeys(i for i, _ in leases))
+        return [j for j in found if j is not None and (j.id, j.lease_token) in wanted]
 
     @staticmethod
     def _selected(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.outbox import Completion
+from dispatch.outbox import Completion, Deferral, LeaseRow
 from dispatch.states import State, is_valid_path
 from herald.db import create_engine
 from herald.schema import upgrade
@@ -372,6 +372,144 @@ def test_database_now_is_the_outbox_clock(harness: Harness) -> None:
     with harness.begin() as tx:
         now = harness.outbox.database_now(tx)
     assert abs((now - datetime.now(UTC)).total_seconds()) < 60
+
+
+# ---------------------------------------------------------------------- T4's time (the Date)
+
+
+def test_t4_returns_when_the_job_crossed_and_a_reread_of_the_lease_gives_the_same(
+    harness: Harness,
+) -> None:
+    enqueue(harness, new_job("a", past()), new_job("b", past()))
+    first, second = claim(harness)
+    with harness.begin() as tx:
+        before = harness.outbox.database_now(tx)
+    with harness.begin() as tx:
+        started = harness.outbox.start_sends(tx, [first.lease], margin_seconds=0, actor="w")
+    with harness.begin() as tx:
+        after = harness.outbox.database_now(tx)
+        rows = harness.outbox.lease_rows(tx, [first.lease, second.lease, (first.id, 99)])
+    assert started.keys() == {first.id}
+    assert before <= started[first.id] <= after
+    # What a worker whose T4 commit went unacknowledged reads back: the very same moment.
+    assert rows == {
+        first.id: LeaseRow("sending", started[first.id]),
+        second.id: LeaseRow("claimed", None),
+    }
+    with harness.begin() as tx:
+        assert harness.outbox.lease_state(tx, [first.lease]) == {first.id: "sending"}
+
+
+# ---------------------------------------------------------------------- send windows (W2)
+
+WINDOW = '{"days":[0,1,2,3,4],"start":540,"end":1020,"zone":"Europe/Berlin"}'
+
+
+def test_the_send_window_is_stored_returned_by_claim_and_replaced_with_the_content(
+    harness: Harness,
+) -> None:
+    windowed = dataclasses.replace(new_job("a", past()), send_window=WINDOW)
+    enqueue(harness, windowed, new_job("b", past()))
+    by_key = {j.key: j for j in claim(harness)}
+    assert (by_key["a"].send_window, by_key["b"].send_window) == (WINDOW, None)
+    # A new version's content for a pending job brings its window along.
+    enqueue(harness, new_job("c", datetime.now(UTC) + timedelta(hours=1)))
+    later = WINDOW.replace('"end":1020', '"end":1080')
+    replacement = dataclasses.replace(
+        new_job("c", past()), payload=b"Subject: y\r\n\r\nnew\r\n", send_window=later
+    )
+    with harness.begin() as tx:
+        harness.outbox.enqueue(tx, [replacement], replace_pending=True)
+    (c,) = claim(harness)
+    assert (c.key, c.send_window, c.payload) == ("c", later, replacement.payload)
+
+
+def test_a_claim_outside_its_window_goes_back_uncounted_until_the_window_opens(
+    harness: Harness,
+) -> None:
+    enqueue(harness, new_job("a", past(), max_claims=1))
+    (job,) = claim(harness)
+    with harness.begin() as tx:
+        o = harness.outbox
+        assert o.defer_claims(tx, [Deferral((job.id, job.token + 1), past())], actor="w") == set()
+        # Due at once again: the claim was not counted, so max_claims=1 allows another.
+        assert o.defer_claims(tx, [Deferral(job.lease, past())], actor="w") == {job.id}
+        assert o.defer_claims(tx, [Deferral(job.lease, past())], actor="w") == set()  # once
+    (again,) = claim(harness)
+    assert (again.claims, again.token) == (1, job.token + 1)
+    opening = datetime.now(UTC) + timedelta(hours=3)
+    with harness.begin() as tx:
+        assert harness.outbox.defer_claims(tx, [Deferral(again.lease, opening)], actor="w") == {
+            job.id
+        }
+    assert claim(harness) == []  # not before the window opens
+    with harness.begin() as tx:
+        due = harness.outbox.next_due_in(tx)
+        events = harness.outbox.events(tx, [job.id])
+    assert due is not None
+    assert abs(due - 3 * 3600) < 120
+    assert harness.states() == {job.id: "pending"}
+    assert [(e.from_state, e.to_state) for e in events] == [
+        (None, "pending"),
+        ("pending", "claimed"),
+        ("claimed", "pending"),
+        ("pending", "claimed"),
+        ("claimed", "pending"),
+    ]
+    assert events[-1].detail == f"outside send window; due {opening.isoformat()}"
+    journal_is_consistent(harness)
+
+
+# ---------------------------------------------------------------------- withdraw (T14)
+
+
+def test_withdraw_cancels_what_is_not_past_t4_and_fences_a_claim(harness: Harness) -> None:
+    enqueue(
+        harness,
+        *(new_job(k, past(i + 1)) for i, k in enumerate(["keep", "sent", "sending", "claimed"])),
+        new_job("pending", datetime.now(UTC) + timedelta(hours=1)),
+    )
+    jobs = {j.key: j for j in claim(harness)}  # claimed, sending, sent, keep
+    with harness.begin() as tx:
+        o = harness.outbox
+        o.start_sends(tx, [jobs["sending"].lease, jobs["sent"].lease], margin_seconds=0, actor="w")
+        o.complete(tx, [Completion(jobs["sent"].lease, State.SENT, 250, "ok")], actor="w")
+        o.release_claims(tx, [jobs["keep"].lease], actor="w")
+    gone = ["pending", "claimed", "sending", "sent", "unknown"]
+    with harness.begin() as tx:
+        assert harness.outbox.withdraw(tx, gone, reason="left the audience", actor="sched") == 2
+        assert harness.outbox.withdraw(tx, gone, reason="again", actor="sched") == 0
+        assert harness.outbox.withdraw(tx, [], reason="nothing", actor="sched") == 0
+        by_key = {r.key: r for s in State for r in harness.outbox.jobs_in_state(tx, s)}
+        # The withdrawn claim is fenced: its T4 matches nothing, and nothing settles it.
+        claimed = jobs["claimed"].lease
+        assert harness.outbox.start_sends(tx, [claimed], margin_seconds=0, actor="w") == {}
+        assert harness.outbox.settle_unstartable(tx, [claimed], actor="w") == {}
+        events = harness.outbox.events(tx, [jobs["claimed"].id])
+    assert {k: r.state for k, r in by_key.items()} == {
+        "keep": "pending",
+        "sent": "sent",
+        "sending": "sending",  # on the wire: beyond recall
+        "claimed": "cancelled",
+        "pending": "cancelled",
+    }
+    assert by_key["claimed"].outcome_text == by_key["pending"].outcome_text == "left the audience"
+    last = events[-1]
+    assert (last.from_state, last.to_state, last.actor, last.detail) == (
+        "claimed",
+        "cancelled",
+        "sched",
+        "left the audience",
+    )
+    journal_is_consistent(harness)
+
+
+def test_withdraw_takes_many_keys(harness: Harness) -> None:
+    keys = [f"k{i:04d}" for i in range(1200)]  # more than one statement's worth on SQL
+    enqueue(harness, *(new_job(k, datetime.now(UTC) + timedelta(hours=1)) for k in keys))
+    with harness.begin() as tx:
+        assert harness.outbox.withdraw(tx, keys, reason="left", actor="s") == len(keys)
+    assert set(harness.states().values()) == {"cancelled"}
 
 
 # ---------------------------------------------------------------------- memory only: the clock

@@ -6,6 +6,8 @@ per recipient time zone."""
 from __future__ import annotations
 
 import json
+import threading
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,8 +23,10 @@ from dispatch.models import send_job
 from dispatch.states import State
 from dispatch.store import Completion, OutboxStore
 from herald.app.enroll import enroll
+from herald.db import create_engine
 from herald.errors import UsageError
 from scheduler.models import enrollment_table
+from scheduler.passes import run_pass
 from tests.support.campaign_files import run_worker
 from tests.support.schedules import (
     JobRow,
@@ -317,3 +321,39 @@ steps:
         first, second = by_mailbox(found, "one")[mailbox], by_mailbox(found, "two")[mailbox]
         assert first.outcome_at is not None
         assert close(second.not_before, first.outcome_at)
+
+
+def test_passes_racing_enroll_and_materialise_each_drip_once(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    people = [f"r{i:03d}@example.com" for i in range(200)]
+    folder = tmp_path / "c"
+    path = write_scheduled(folder, DRIP, people[:50], name="drip")
+    launch_at(engine, path, T0)
+    write_people(folder / "people.csv", people[10:])  # 10 leave, 150 join
+    start = threading.Barrier(3)
+    errors: list[BaseException] = []
+
+    def passes() -> None:
+        own = create_engine(db_url)  # its own connections, as another process has
+        try:
+            start.wait()
+            for minute in range(3):
+                run_pass(own, now=T0 + timedelta(minutes=minute + 1), actor="race")
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+        finally:
+            own.dispose()
+
+    threads = [threading.Thread(target=passes) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=240)
+    assert errors == []
+    states = enrollments(engine)
+    assert len(states) == 200
+    assert Counter(state for state, *_ in states.values()) == {"active": 190, "left": 10}
+    welcome = [job for job in jobs(engine) if job.step == "welcome"]
+    assert len(welcome) == len({job.mailbox for job in welcome}) == 200
+    assert Counter(job.state for job in welcome) == {"pending": 190, "cancelled": 10}

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from campaigns.models import CampaignStatus, campaign_table
-from dispatch.outbox import CAMPAIGN_GATE, Completion, MemoryOutbox, SqlOutbox
+from dispatch.outbox import CAMPAIGN_GATE, Completion, Deferral, MemoryOutbox, SqlOutbox
 from dispatch.outbox.versions import VersionReport, VersionStore
 from dispatch.states import (
     MACHINE,
@@ -71,7 +71,7 @@ def test_the_memory_outbox_performs_every_transition_but_campaign_versions() -> 
 
 def test_only_operations_that_change_state_declare_transitions() -> None:
     reads = {"counts", "jobs_in_state", "events", "has_work", "next_due_in", "database_now"}
-    others = {"heartbeat", "lease_state", "suppress"}  # no state change
+    others = {"heartbeat", "lease_state", "lease_rows", "suppress"}  # no state change
     for name, transitions in operations(SqlOutbox).items():
         if name in reads | others:
             assert transitions == (), name
@@ -226,6 +226,18 @@ class OutboxMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         self.do(self.h.outbox.release_claims, self.pick(data), actor="w")
+
+    @rule(
+        data=st.data(),
+        due=st.sampled_from([datetime(2026, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)]),
+    )
+    def outside_window(self, data: st.DataObject, due: datetime) -> None:
+        deferrals = [Deferral(lease, due) for lease in self.pick(data)]
+        self.do(self.h.outbox.defer_claims, deferrals, actor="w")
+
+    @rule(keys=st.lists(st.sampled_from(KEYS), max_size=3, unique=True))
+    def withdraw(self, keys: list[str]) -> None:
+        self.do(self.h.outbox.withdraw, keys, reason="left the audience", actor="scheduler")
 
     @rule()
     def expire_and_recover(self) -> None:
