@@ -17,7 +17,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, reset_tzpath
+
+# Zone rules from the pinned ``tzdata`` wheel, never the host's files: schedulers on hosts with
+# different system tzdata would otherwise compute different nominal fire times (and keys).
+reset_tzpath(to=())
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _HORIZON_DAYS = 15  # how far next_opening looks ahead

@@ -1,0 +1,132 @@
+"""``herald scheduler`` and ``herald run``: fire schedules into the outbox (and send, for run)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
+from herald.output import err, out
+
+if TYPE_CHECKING:
+    from herald.app.scheduler import SchedulerService
+
+Tick = Annotated[
+    float,
+    typer.Option(
+        min=0.1,
+        help="Seconds between passes when nothing falls due sooner: how soon campaigns "
+        "launched, paused or changed elsewhere are noticed.",
+    ),
+]
+
+
+@app.command()
+def scheduler(
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    tick: Tick = 30.0,
+    once: Annotated[
+        bool, typer.Option("--once", help="Run one pass and exit (for cron, or a check).")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT.
+
+    High availability: run two or more on one database (no leader; a fire made twice is one).
+    """
+    from herald.app.scheduler import run_scheduler, run_scheduler_once
+
+    with errors_mapped():
+        service = _service(database_url, tick)
+        if once:
+            report = run_scheduler_once(service)
+            if as_json:
+                out.print_json(json.dumps(report.as_dict()))
+            else:
+                out.print(report.line())
+            return
+        totals = run_scheduler(service, handle_signals=True, on_stopping=_say_scheduler_stopping)
+        if as_json:
+            out.print_json(json.dumps(totals.as_dict()))
+        else:
+            out.print(
+                f"scheduler done: {totals.passes} pass(es), {totals.busy_passes} fired "
+                f"something, {totals.errors} database error(s)"
+            )
+
+
+@app.command()
+def run(
+    database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
+    smtp_url: SmtpUrl = DEFAULT_SMTP_URL,
+    tick: Tick = 30.0,
+    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")] = 20,
+    lease: Annotated[
+        float, typer.Option(min=1.0, help="Lease length in seconds (heartbeats renew it).")
+    ] = 120.0,
+    recovery_interval: Annotated[
+        float, typer.Option(min=0.1, help="Seconds between recovery passes.")
+    ] = 5.0,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(min=0.0, help="On SIGTERM, how long started sends may take to finish."),
+    ] = 30.0,
+    retry_base: Annotated[
+        float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
+    ] = 30.0,
+    poll: Annotated[float, typer.Option(min=0.01, help="Idle poll interval, seconds.")] = 1.0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Scheduler, worker and recovery in one process: one machine, the embedded database.
+
+    To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
+    """
+    from herald.app.run import run_all
+    from herald.app.worker import WorkerOptions, build_worker
+
+    options = WorkerOptions(
+        concurrency=concurrency,
+        lease=lease,
+        recovery_interval=recovery_interval,
+        shutdown_grace=shutdown_grace,
+        retry_base=retry_base,
+        poll=poll,
+    )
+    with errors_mapped():
+        service = _service(database_url, tick)
+        worker = build_worker(service.engine, smtp_url, options)
+        report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
+        if as_json:
+            out.print_json(json.dumps(report.as_dict()))
+        else:
+            w, s = report.worker, report.scheduler
+            out.print(
+                f"run done: {s.passes} scheduler pass(es); {w.sent} sent, {w.retried} to retry, "
+                f"{w.failed} failed, {w.in_doubt} in doubt, {w.released} released"
+            )
+
+
+def _service(database_url: str, tick: float) -> SchedulerService:
+    from herald.app.scheduler import SchedulerOptions, SchedulerService
+
+    return SchedulerService(
+        opened(database_url), options=SchedulerOptions(tick=tick), say=_say_pass
+    )
+
+
+def _say_pass(line: str) -> None:
+    err.print(line)
+
+
+def _say_scheduler_stopping() -> None:
+    err.print("stopping: finishing the current pass (again to force)")
+
+
+def _say_run_stopping() -> None:
+    err.print(
+        "stopping: finishing the current pass and started sends, releasing the rest "
+        "(again to force)"
+    )
