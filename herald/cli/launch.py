@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -90,19 +91,31 @@ def launch(
             + (f", {result.superseded} superseded" if result.superseded else "")
         )
         if result.scheduled is not None:
-            print_scheduled(result.scheduled)
+            spec = result.loaded.spec
+            zone_name = spec.schedule.zone_name if spec.schedule is not None else spec.zone_name
+            print_scheduled(result.scheduled, zone_name)
 
 
-def print_scheduled(passed: CampaignPass) -> None:
+def _moment(at: datetime, zone_name: str) -> str:
+    """``Thu 2026-12-03 09:00 CET (2026-12-03 08:00Z)``: the campaign's wall clock, and UTC."""
+    from dispatch.wallclock import zone
+
+    local = at.astimezone(zone(zone_name))
+    return f"{local:%a %Y-%m-%d %H:%M %Z} ({at.astimezone(UTC):%Y-%m-%d %H:%MZ})"
+
+
+def print_scheduled(passed: CampaignPass, zone_name: str = "UTC") -> None:
     """What the pass at launch did for a scheduled or enrollment campaign."""
     if passed.trigger == "enrollment":
         out.print(f"enrollment: {passed.enrolled} enrolled now; each drip counts from its own")
     for moment in passed.fired:
-        out.print(f"fired: occurrence {moment.isoformat()}")
+        out.print(f"fired: occurrence {_moment(moment, zone_name)}")
     for moment, reason in passed.skipped:
-        out.print(f"skipped: occurrence {moment.isoformat()}: {reason}")
+        out.print(f"skipped: occurrence {_moment(moment, zone_name)}: {reason}")
     if passed.trigger != "enrollment":
-        upcoming = passed.next_fire.isoformat() if passed.next_fire else "none (it has ended)"
+        upcoming = "none (it has ended)"
+        if passed.next_fire is not None:
+            upcoming = _moment(passed.next_fire, zone_name)
         out.print(f"next fire: {upcoming}")
     if passed.note:
         err.print(styled("note:", "yellow"), passed.note)
