@@ -9,6 +9,11 @@ each named point of a send.
 
 A job whose send window (``dispatch.send_windows``) is closed on the worker's clock, when it is
 claimed or when its send starts, is handed back until the window opens (W2), uncounted.
+
+This module is the loops: claiming, heartbeats, recovery, shutdown. One job's send is
+``dispatch.job_send.JobSender``; the leases held, ``dispatch.held_leases``; W2,
+``dispatch.window_gate``; the settings and the counts, ``dispatch.worker_config`` and
+``dispatch.worker_report`` (both importable from here, as before).
 """
 
 from __future__ import annotations
@@ -16,71 +21,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
 
-from dispatch.backoff import BASE_DELAY, retry_delay
 from dispatch.committer import GroupCommitter
+from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.job_send import JobSender
 from dispatch.outbox_client import OutboxClient
-from dispatch.send_windows import UnreadableWindow, closed_until, outside_their_window
-from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, Deferral, LeaseRow, OutboxStore
-from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
+from dispatch.store import ClaimedJob, OutboxStore
+from dispatch.transport import Transport, TransportConfigError
+from dispatch.window_gate import WindowGate
+from dispatch.worker_config import WorkerConfig, default_owner
+from dispatch.worker_report import WorkerReport
+
+__all__ = ["Worker", "WorkerConfig", "WorkerReport", "default_owner", "utc_now"]
 
 log = logging.getLogger("herald.worker")
 
 
-def default_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class WorkerConfig:
-    concurrency: int = 20
-    lease_seconds: float = 120.0
-    # T4 needs this much lease left, so a send never starts on a lease about to lapse.
-    t4_margin_seconds: float = 10.0
-    poll_interval: float = 1.0  # seconds between claims when the queue is empty
-    recovery_interval: float = 5.0
-    recovery_grace_seconds: float = 2.0
-    shutdown_grace_seconds: float = 30.0
-    retry_base_seconds: float = BASE_DELAY
-    until_idle: bool = False
-    idle_horizon_seconds: float = 60.0  # --until-idle waits for jobs due within this
-    owner: str = field(default_factory=default_owner)
-
-    @property
-    def heartbeat_interval(self) -> float:
-        return self.lease_seconds / 3
-
-
-@dataclass
-class WorkerReport:
-    claimed: int = 0
-    sent: int = 0
-    retried: int = 0
-    failed: int = 0
-    in_doubt: int = 0
-    released: int = 0
-    outside_window: int = 0  # claims handed back until their send window opens (W2)
-    lost_leases: int = 0
-    recovered: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
 
 
 class Worker:
@@ -109,18 +74,40 @@ class Worker:
             t4_margin_seconds=self.config.t4_margin_seconds,
             instrumentation=instrumentation,
         )
-        self.outbox = OutboxClient(self.committer)
+        self._outbox = OutboxClient(self.committer)
         self.instrumentation = instrumentation
         self.report = WorkerReport()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
         self._backlog: deque[ClaimedJob] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
-        self._held: dict[int, ClaimedJob] = {}  # jobs we hold a lease on
-        self._lease_deadline: dict[int, float] = {}  # monotonic time the lease surely lasts to
-        self._past_t4: set[int] = set()
+        self.leases = HeldLeases(self.config.lease_seconds)
+        self.windows = WindowGate(self._outbox, self.leases, self.report)
+        self.sender = JobSender(
+            config=self.config,
+            transports=transports,
+            outbox=self._outbox,
+            instrumentation=instrumentation,
+            clock=clock,
+            leases=self.leases,
+            windows=self.windows,
+            report=self.report,
+            stopping=lambda: self.stopping,
+            stop_for=self._stop_for,
+        )
         # A transport that cannot be used as configured stops the worker; run() raises it.
         self.fatal: TransportConfigError | None = None
+
+    @property
+    def outbox(self) -> OutboxClient:
+        return self._outbox
+
+    @outbox.setter
+    def outbox(self, client: OutboxClient) -> None:
+        # Tests swap in a client that injects faults; every part that writes must see it.
+        self._outbox = client
+        self.windows.outbox = client
+        self.sender.outbox = client
 
     # ------------------------------------------------------------ control
 
@@ -132,6 +119,12 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    def _stop_for(self, error: TransportConfigError) -> None:
+        """Stop because a transport cannot be used as configured; run() raises the first."""
+        if self.fatal is None:
+            self.fatal = error
+        self.stop()
 
     async def run(self) -> WorkerReport:
         self.committer.start()
@@ -175,7 +168,7 @@ class Worker:
                 claimed = len(await self._claim(room))
                 dry_since = None if claimed else time.monotonic()
             while self._backlog and len(self._inflight) < cfg.concurrency:
-                task = asyncio.create_task(self._send(self._backlog.popleft()))
+                task = asyncio.create_task(self.sender.send(self._backlog.popleft()))
                 self._inflight.add(task)
                 task.add_done_callback(self._on_task_done)
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:
@@ -208,35 +201,13 @@ class Worker:
             log.warning("claim failed (will retry): %s", exc)
             await asyncio.sleep(self.config.poll_interval)
             return []
-        now = time.monotonic()
-        for job in jobs:
-            self._held[job.id] = job
-            self._lease_deadline[job.id] = now + self.config.lease_seconds
+        self.leases.hold(jobs, time.monotonic())
         self.report.claimed += len(jobs)
         if jobs:
             await self.instrumentation.after_claim_commit(jobs)
-        deferrals = outside_their_window(jobs, self.clock())
-        if deferrals:
-            await self._defer(deferrals)
-        deferred = {d.lease[0] for d in deferrals}
-        ready = [job for job in jobs if job.id not in deferred]
+        ready = await self.windows.admit(jobs, self.clock())
         self._backlog.extend(ready)
         return ready
-
-    async def _defer(self, deferrals: list[Deferral]) -> None:
-        """W2 for these claims. They are never sent by this worker, whatever the outcome: if
-        the write fails, the claims lapse and recovery gives them back (R1)."""
-        for deferral in deferrals:
-            self._held.pop(deferral.lease[0], None)
-            self._lease_deadline.pop(deferral.lease[0], None)
-        try:
-            deferred = await self.outbox.defer(deferrals)
-        except Exception as exc:
-            log.warning(
-                "handing back %d claims outside their window failed: %s", len(deferrals), exc
-            )
-            return
-        self.report.outside_window += len(deferred)
 
     async def _has_work(self) -> bool:
         try:
@@ -254,182 +225,12 @@ class Worker:
             return self.config.poll_interval
         return min(self.config.poll_interval, max(0.01, due))
 
-    # ------------------------------------------------------------ one send
-
-    async def _send(self, job: ClaimedJob) -> None:
-        try:
-            await self._send_unguarded(job)
-        finally:
-            self._held.pop(job.id, None)
-            self._lease_deadline.pop(job.id, None)
-            self._past_t4.discard(job.id)
-
-    async def _send_unguarded(self, job: ClaimedJob) -> None:
-        transport = self.transports.get(job.channel)
-        if transport is None:
-            await self._finish(
-                job,
-                Outcome(Verdict.FAILED, None, f"no transport for channel {job.channel!r}"),
-                before_data=True,
-            )
-            return
-        try:
-            opens = closed_until(job.send_window, self.clock())
-        except UnreadableWindow as exc:
-            await self._finish(job, Outcome(Verdict.FAILED, None, str(exc)), before_data=True)
-            return
-        if opens is not None:  # the window closed while the job waited in the backlog
-            await self._defer([Deferral(job.lease, opens)])
-            return
-        envelope = Envelope(
-            job_id=job.id,
-            key=job.key,
-            channel=job.channel,
-            sender=job.sender,
-            recipient=job.recipient,
-            message_id=job.message_id,
-            payload=job.payload,
-        )
-        try:
-            prepared = await transport.prepare(envelope)
-        except TransportConfigError as exc:
-            # Nothing of this job went out and nothing is wrong with it: give it back as it
-            # was (no attempt counted) and stop, since every other job would meet the same.
-            if self.fatal is None:
-                self.fatal = exc
-            self.stop()
-            await self._release(job)
-            return
-        except Exception as exc:  # a transport bug must not strand the job
-            prepared = Outcome(Verdict.RETRY, None, f"before sending: {type(exc).__name__}: {exc}")
-        if isinstance(prepared, Outcome):
-            await self._finish(job, prepared, before_data=True)
-            return
-        await self.instrumentation.after_rcpt(job)
-        if self.stopping:
-            await prepared.abandon()
-            await self._release(job)
-            return
-        started_at = await self._start_send(job)
-        if started_at is None:
-            await prepared.abandon()
-            await self._settle(job)
-            return
-        self._past_t4.add(job.id)
-        await self.instrumentation.after_t4_commit(job)
-        outcome = await prepared.deliver(started_at)
-        if outcome.verdict is Verdict.SENT:
-            await self.instrumentation.after_250_before_t5(job)
-        await self._finish(job, outcome, before_data=False)
-        await self.instrumentation.after_t5_commit(job)
-
-    async def _start_send(self, job: ClaimedJob) -> datetime | None:
-        """T4, and the rule for a commit whose outcome is unknown: re-read before sending.
-
-        Returns when the job crossed T4 (the message's Date), or None if it may not go out.
-        """
-        await self.instrumentation.before_t4(job)
-        while True:
-            try:
-                return await self.outbox.start_send(job.lease)
-            except Exception as exc:
-                log.warning("T4 commit failed for job %s: %s; re-reading", job.id, exc)
-            row = await self._reread(job)
-            state = None if row is None else row.state
-            if row is not None and row.state == State.SENDING.value:
-                # Our T4 did commit: the row carries our token in sending, and the moment
-                # it recorded, so the Date is the one a successful commit would have given.
-                return row.send_started_at or self.clock()
-            if state != State.CLAIMED.value or not self._lease_left(job):
-                return None
-
-    async def _reread(self, job: ClaimedJob) -> LeaseRow | None:
-        while self._lease_left(job):
-            try:
-                return await self.outbox.lease_state(job.lease)
-            except Exception:
-                await asyncio.sleep(0.5)
-        return None
-
-    def _lease_left(self, job: ClaimedJob) -> bool:
-        deadline = self._lease_deadline.get(job.id, 0.0)
-        return time.monotonic() < deadline - self.config.t4_margin_seconds
-
-    async def _settle(self, job: ClaimedJob) -> None:
-        with contextlib.suppress(Exception):
-            state = await self.outbox.settle(job.lease)
-            if state is None:
-                self.report.lost_leases += 1
-
-    async def _release(self, job: ClaimedJob) -> None:
-        with contextlib.suppress(Exception):
-            released = await self.outbox.release([job.lease])
-            self.report.released += len(released)
-
-    async def _finish(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> None:
-        completion = self._completion(job, outcome, before_data=before_data)
-        # Completion writes are retried while the lease lasts; after that recovery owns the job.
-        failed_before = False
-        while True:
-            try:
-                applied = await self.outbox.complete(completion)
-                if not applied and failed_before:
-                    # An earlier attempt may have committed with its acknowledgement lost.
-                    row = await self.outbox.lease_state(job.lease)
-                    applied = row is not None and row.state == completion.target.value
-                break
-            except Exception as exc:
-                failed_before = True
-                if time.monotonic() > self._lease_deadline.get(job.id, 0.0):
-                    # The lease is gone: recovery owns the job now (R1/R2 decide its fate).
-                    log.error("giving up recording job %s: %s", job.id, exc)
-                    return
-                await asyncio.sleep(0.2)
-        if not applied:
-            self.report.lost_leases += 1
-            return
-        if completion.target is State.SENT:
-            self.report.sent += 1
-        elif completion.target is State.PENDING:
-            self.report.retried += 1
-        elif completion.target is State.FAILED:
-            self.report.failed += 1
-        elif completion.target is State.IN_DOUBT:
-            self.report.in_doubt += 1
-
-    def _completion(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> Completion:
-        base = self.config.retry_base_seconds
-        verdict = outcome.verdict
-        if verdict is Verdict.SENT:
-            return Completion(job.lease, State.SENT, outcome.code, outcome.text)
-        if verdict is Verdict.IN_DOUBT:
-            return Completion(
-                job.lease, State.IN_DOUBT, outcome.code, outcome.text, in_doubt_reason=outcome.text
-            )
-        if verdict is Verdict.RETRY:
-            used = job.claims if before_data else job.send_attempts + 1
-            if before_data or used < job.max_send_attempts:
-                delay = retry_delay(used, retry_after=outcome.retry_after, base=base)
-                return Completion(
-                    job.lease,
-                    State.PENDING,
-                    outcome.code,
-                    outcome.text,
-                    retry_in=delay,
-                    before_data=before_data,
-                )
-            text = f"attempts exhausted; last: {outcome.text}"
-            return Completion(job.lease, State.FAILED, outcome.code, text)
-        return Completion(
-            job.lease, State.FAILED, outcome.code, outcome.text, before_data=before_data
-        )
-
     # ------------------------------------------------------------ background loops
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_interval)
-            leases = [job.lease for job in self._held.values()]
+            leases = self.leases.leases()
             if not leases:
                 continue
             sent_at = time.monotonic()
@@ -438,13 +239,7 @@ class Worker:
             except Exception as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
-            for job_id, _ in leases:
-                if job_id in alive:
-                    self._lease_deadline[job_id] = sent_at + self.config.lease_seconds
-                elif job_id in self._held:
-                    # Not revived: the job may already belong to someone else. Our later
-                    # writes will match nothing; stop trusting the local deadline now.
-                    self._lease_deadline[job_id] = 0.0
+            self.leases.renew(leases, alive, sent_at)
 
     async def _recovery_loop(self) -> None:
         while True:

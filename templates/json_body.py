@@ -17,13 +17,10 @@ from pathlib import Path
 
 from jinja2 import Template
 
-from templates.render import (
-    _compile_inline,
-    _HeraldLoader,
-    _HeraldSandbox,
-    _make_environment,
-    render_guarded,
-)
+from templates.environments import _HeraldSandbox, _make_environment
+from templates.guarded_render import render_guarded
+from templates.render import _compile_inline
+from templates.template_loader import _HeraldLoader
 
 # What YAML gives and JSON can hold. Checked where the campaign is loaded; trusted here.
 JsonValue = None | bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"]

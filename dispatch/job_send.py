@@ -1,0 +1,194 @@
+"""One claimed job's send, from the window re-check to its recorded outcome.
+
+Before the point of no return (window, transport, ``prepare``) a problem ends the attempt with
+nothing delivered. T4 is committed before any byte of the message can go out; after it, the
+outcome is recorded under the lease token, retried while the lease lasts (then recovery owns the
+job). The instrumentation is told at each named point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from dispatch.held_leases import HeldLeases
+from dispatch.instrumentation import Instrumentation
+from dispatch.outbox_client import OutboxClient
+from dispatch.outcome_completion import completion_for
+from dispatch.send_windows import UnreadableWindow, closed_until
+from dispatch.states import State
+from dispatch.store import ClaimedJob, Deferral, LeaseRow
+from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
+from dispatch.window_gate import WindowGate
+from dispatch.worker_config import WorkerConfig
+from dispatch.worker_report import WorkerReport
+
+log = logging.getLogger("herald.worker")  # the worker's logger: these are the worker's events
+
+
+class JobSender:
+    def __init__(
+        self,
+        *,
+        config: WorkerConfig,
+        transports: Mapping[str, Transport],
+        outbox: OutboxClient,
+        instrumentation: Instrumentation,
+        clock: Callable[[], datetime],
+        leases: HeldLeases,
+        windows: WindowGate,
+        report: WorkerReport,
+        stopping: Callable[[], bool],
+        stop_for: Callable[[TransportConfigError], None],
+    ) -> None:
+        """``stopping`` says whether the worker is shutting down (claims not yet at T4 are
+        then released); ``stop_for`` stops it because a transport cannot be used as
+        configured."""
+        self.config = config
+        self.transports = transports
+        self.outbox = outbox
+        self.instrumentation = instrumentation
+        self.clock = clock
+        self.leases = leases
+        self.windows = windows
+        self.report = report
+        self.stopping = stopping
+        self.stop_for = stop_for
+        self.past_t4: set[int] = set()  # jobs between their T4 commit and the end of the send
+
+    async def send(self, job: ClaimedJob) -> None:
+        try:
+            await self._send_unguarded(job)
+        finally:
+            self.leases.drop(job.id)
+            self.past_t4.discard(job.id)
+
+    async def _send_unguarded(self, job: ClaimedJob) -> None:
+        transport = self.transports.get(job.channel)
+        if transport is None:
+            await self._finish(
+                job,
+                Outcome(Verdict.FAILED, None, f"no transport for channel {job.channel!r}"),
+                before_data=True,
+            )
+            return
+        try:
+            opens = closed_until(job.send_window, self.clock())
+        except UnreadableWindow as exc:
+            await self._finish(job, Outcome(Verdict.FAILED, None, str(exc)), before_data=True)
+            return
+        if opens is not None:  # the window closed while the job waited in the backlog
+            await self.windows.hand_back([Deferral(job.lease, opens)])
+            return
+        envelope = Envelope(
+            job_id=job.id,
+            key=job.key,
+            channel=job.channel,
+            sender=job.sender,
+            recipient=job.recipient,
+            message_id=job.message_id,
+            payload=job.payload,
+        )
+        try:
+            prepared = await transport.prepare(envelope)
+        except TransportConfigError as exc:
+            # Nothing of this job went out and nothing is wrong with it: give it back as it
+            # was (no attempt counted) and stop, since every other job would meet the same.
+            self.stop_for(exc)
+            await self.release(job)
+            return
+        except Exception as exc:  # a transport bug must not strand the job
+            prepared = Outcome(Verdict.RETRY, None, f"before sending: {type(exc).__name__}: {exc}")
+        if isinstance(prepared, Outcome):
+            await self._finish(job, prepared, before_data=True)
+            return
+        await self.instrumentation.after_rcpt(job)
+        if self.stopping():
+            await prepared.abandon()
+            await self.release(job)
+            return
+        started_at = await self._start_send(job)
+        if started_at is None:
+            await prepared.abandon()
+            await self._settle(job)
+            return
+        self.past_t4.add(job.id)
+        await self.instrumentation.after_t4_commit(job)
+        outcome = await prepared.deliver(started_at)
+        if outcome.verdict is Verdict.SENT:
+            await self.instrumentation.after_250_before_t5(job)
+        await self._finish(job, outcome, before_data=False)
+        await self.instrumentation.after_t5_commit(job)
+
+    async def _start_send(self, job: ClaimedJob) -> datetime | None:
+        """T4, and the rule for a commit whose outcome is unknown: re-read before sending.
+
+        Returns when the job crossed T4 (the message's Date), or None if it may not go out.
+        """
+        await self.instrumentation.before_t4(job)
+        while True:
+            try:
+                return await self.outbox.start_send(job.lease)
+            except Exception as exc:
+                log.warning("T4 commit failed for job %s: %s; re-reading", job.id, exc)
+            row = await self._reread(job)
+            state = None if row is None else row.state
+            if row is not None and row.state == State.SENDING.value:
+                # Our T4 did commit: the row carries our token in sending, and the moment
+                # it recorded, so the Date is the one a successful commit would have given.
+                return row.send_started_at or self.clock()
+            if state != State.CLAIMED.value or not self._lease_left(job):
+                return None
+
+    async def _reread(self, job: ClaimedJob) -> LeaseRow | None:
+        while self._lease_left(job):
+            try:
+                return await self.outbox.lease_state(job.lease)
+            except Exception:
+                await asyncio.sleep(0.5)
+        return None
+
+    def _lease_left(self, job: ClaimedJob) -> bool:
+        """Whether the lease surely lasts past T4's margin (so a T4 may still be tried)."""
+        return time.monotonic() < self.leases.deadline(job.id) - self.config.t4_margin_seconds
+
+    async def _settle(self, job: ClaimedJob) -> None:
+        with contextlib.suppress(Exception):
+            state = await self.outbox.settle(job.lease)
+            if state is None:
+                self.report.lost_leases += 1
+
+    async def release(self, job: ClaimedJob) -> None:
+        with contextlib.suppress(Exception):
+            released = await self.outbox.release([job.lease])
+            self.report.released += len(released)
+
+    async def _finish(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> None:
+        completion = completion_for(
+            job, outcome, before_data=before_data, retry_base=self.config.retry_base_seconds
+        )
+        # Completion writes are retried while the lease lasts; after that recovery owns the job.
+        failed_before = False
+        while True:
+            try:
+                applied = await self.outbox.complete(completion)
+                if not applied and failed_before:
+                    # An earlier attempt may have committed with its acknowledgement lost.
+                    row = await self.outbox.lease_state(job.lease)
+                    applied = row is not None and row.state == completion.target.value
+                break
+            except Exception as exc:
+                failed_before = True
+                if time.monotonic() > self.leases.deadline(job.id):
+                    # The lease is gone: recovery owns the job now (R1/R2 decide its fate).
+                    log.error("giving up recording job %s: %s", job.id, exc)
+                    return
+                await asyncio.sleep(0.2)
+        if not applied:
+            self.report.lost_leases += 1
+            return
+        self.report.count_completion(completion.target)
