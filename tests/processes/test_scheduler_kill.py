@@ -20,7 +20,9 @@ from tests.support.campaign_files import write_audience
 from tests.support.paths import REPO_ROOT
 from tests.support.schedules import fires, launch_at
 
-RECIPIENTS = 100_000
+# The issue's figure on PostgreSQL (production); a fifth of it on SQLite proves the same
+# resume at a fifth of the suite's time.
+RECIPIENTS = {"postgresql": 100_000, "sqlite": 20_000}
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday
 
 WEEKLY = """\
@@ -53,9 +55,10 @@ def job_count(engine: Engine) -> int:
 def test_a_killed_fan_out_resumes_and_sends_each_recipient_once(
     engine: Engine, db_url: str, tmp_path: Path
 ) -> None:
+    recipients = RECIPIENTS[engine.dialect.name]
     folder = tmp_path / "c"
     folder.mkdir()
-    addresses = write_audience(folder / "people.csv", RECIPIENTS)
+    addresses = write_audience(folder / "people.csv", recipients)
     (folder / "campaign.yaml").write_text(WEEKLY)
     # Registered an hour before the first Monday 09:00: nothing fires at launch.
     launched = launch_at(engine, folder / "campaign.yaml", START - timedelta(hours=1))
@@ -71,7 +74,7 @@ def test_a_killed_fan_out_resumes_and_sends_each_recipient_once(
     first.communicate(timeout=60)
     assert first.returncode == -signal.SIGKILL
     written = job_count(engine)
-    assert 0 < written < RECIPIENTS, f"the kill did not land mid-fan-out ({written} jobs)"
+    assert 0 < written < recipients, f"the kill did not land mid-fan-out ({written} jobs)"
     assert [state for _, state, _ in fires(engine, "big")] == ["due"]
 
     # The CSV changes before the restart: the occurrence still goes to its own list.
@@ -85,7 +88,7 @@ def test_a_killed_fan_out_resumes_and_sends_each_recipient_once(
         rows = conn.execute(
             sa.text("select mailbox, count(*) from send_job group by mailbox")
         ).all()
-    assert len(rows) == RECIPIENTS
+    assert len(rows) == recipients
     assert {count for _, count in rows} == {1}
     assert {mailbox for mailbox, _ in rows} == {mailbox_identity(a) for a in addresses}
     assert [state for _, state, _ in fires(engine, "big")] == ["done"]
