@@ -8,6 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.worker import (
+    Concurrency,
+    Lease,
+    Poll,
+    RecoveryInterval,
+    RetryBase,
+    ShutdownGrace,
+)
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from herald.output import err, out
 
@@ -63,21 +71,12 @@ def run(
     database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
     smtp_url: SmtpUrl = DEFAULT_SMTP_URL,
     tick: Tick = 30.0,
-    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")] = 20,
-    lease: Annotated[
-        float, typer.Option(min=1.0, help="Lease length in seconds (heartbeats renew it).")
-    ] = 120.0,
-    recovery_interval: Annotated[
-        float, typer.Option(min=0.1, help="Seconds between recovery passes.")
-    ] = 5.0,
-    shutdown_grace: Annotated[
-        float,
-        typer.Option(min=0.0, help="On SIGTERM, how long started sends may take to finish."),
-    ] = 30.0,
-    retry_base: Annotated[
-        float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
-    ] = 30.0,
-    poll: Annotated[float, typer.Option(min=0.01, help="Idle poll interval, seconds.")] = 1.0,
+    concurrency: Concurrency = 20,
+    lease: Lease = 120.0,
+    recovery_interval: RecoveryInterval = 5.0,
+    shutdown_grace: ShutdownGrace = 30.0,
+    retry_base: RetryBase = 30.0,
+    poll: Poll = 1.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.

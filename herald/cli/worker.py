@@ -11,22 +11,32 @@ from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, 
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from herald.output import err, out
 
+# The sending options shared by `herald worker` and `herald run` (herald/cli/scheduler.py).
+Concurrency = Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")]
+Lease = Annotated[
+    float, typer.Option(min=1.0, help="Lease length in seconds (heartbeats renew it).")
+]
+RecoveryInterval = Annotated[
+    float, typer.Option(min=0.1, help="Seconds between this worker's recovery passes.")
+]
+ShutdownGrace = Annotated[
+    float,
+    typer.Option(min=0.0, help="On SIGTERM, how long started sends may take to finish."),
+]
+RetryBase = Annotated[
+    float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
+]
+Poll = Annotated[float, typer.Option(min=0.01, help="Idle poll interval, seconds.")]
+
 
 @app.command()
 def worker(
     database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
     smtp_url: SmtpUrl = DEFAULT_SMTP_URL,
-    concurrency: Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")] = 20,
-    lease: Annotated[
-        float, typer.Option(min=1.0, help="Lease length in seconds (heartbeats renew it).")
-    ] = 120.0,
-    recovery_interval: Annotated[
-        float, typer.Option(min=0.1, help="Seconds between this worker's recovery passes.")
-    ] = 5.0,
-    shutdown_grace: Annotated[
-        float,
-        typer.Option(min=0.0, help="On SIGTERM, how long started sends may take to finish."),
-    ] = 30.0,
+    concurrency: Concurrency = 20,
+    lease: Lease = 120.0,
+    recovery_interval: RecoveryInterval = 5.0,
+    shutdown_grace: ShutdownGrace = 30.0,
     until_idle: Annotated[
         bool,
         typer.Option(
@@ -42,10 +52,8 @@ def worker(
             "seconds; later steps are left for a later run.",
         ),
     ] = 60.0,
-    retry_base: Annotated[
-        float, typer.Option(min=0.0, help="First retry delay in seconds (doubles each time).")
-    ] = 30.0,
-    poll: Annotated[float, typer.Option(min=0.01, help="Idle poll interval, seconds.")] = 1.0,
+    retry_base: RetryBase = 30.0,
+    poll: Poll = 1.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
