@@ -36,6 +36,8 @@ campaign_table = sa.Table(
     sa.Column("trigger", sa.String(16), nullable=True),
     # Why the scheduler cannot fire this campaign now (shown by `herald status`), or None.
     sa.Column("scheduler_note", sa.Text, nullable=True),
+    # Why the campaign paused itself (its error threshold), or None (migration 0006).
+    sa.Column("pause_reason", sa.Text, nullable=True),
     sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
     sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
 )

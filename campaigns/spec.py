@@ -7,6 +7,8 @@ A campaign file looks like this:
     reply_to: help@acme.example           # optional
     audience: subscribers.csv             # or an inline list or a URL (spec_audience)
     max_attempts: 5                       # optional, 1..20
+    list: newsletter                      # optional: what an unsubscribe leaves (default: name)
+    transactional: false                  # optional: receipts etc. carry no unsubscribe link
     timezone: Europe/Berlin               # optional: the zone wall times are read in
     steps:
       - id: welcome
@@ -116,6 +118,16 @@ class CampaignSpec(BaseModel):
     send_window: WindowSpec | None = None
     steps: list[Step] = Field(min_length=1)
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=20)] = 5
+    # The mailing list an unsubscribe from this campaign leaves (default: the campaign's name):
+    # suppression scope ``list:<list>``. Transactional mail (receipts, password resets) carries
+    # no unsubscribe link and obeys only global suppression (bounces, complaints, manual).
+    list_name: str | None = Field(default=None, alias="list")
+    transactional: Annotated[bool, Strict()] = False
+
+    @property
+    def suppression_scope(self) -> str:
+        """The scope an unsubscribe from this campaign suppresses, and T4 checks."""
+        return f"list:{self.list_name or self.name}"
 
     @property
     def zone_name(self) -> str:
@@ -158,6 +170,17 @@ class CampaignSpec(BaseModel):
         if not CAMPAIGN_NAME_PATTERN.fullmatch(value):
             raise Invalid(
                 f"invalid campaign name {excerpt(value)}",
+                "use lower-case letters, digits, '.', '-' and '_', starting with a letter or"
+                " digit, at most 128 characters",
+            )
+        return value
+
+    @field_validator("list_name")
+    @classmethod
+    def _check_list(cls, value: str | None) -> str | None:
+        if value is not None and not CAMPAIGN_NAME_PATTERN.fullmatch(value):
+            raise Invalid(
+                f"invalid list name {excerpt(value)}",
                 "use lower-case letters, digits, '.', '-' and '_', starting with a letter or"
                 " digit, at most 128 characters",
             )

@@ -1,4 +1,5 @@
-"""Outbox tables: send_job, send_event, suppression (docs/design.md §3).
+"""Outbox tables: send_job, send_event, suppression, rate_limit, relay_status, mail_feedback
+(docs/design.md §3).
 
 The worker needs nothing but the send_job row: the payload is rendered at materialisation time.
 Schema changes go through an Alembic migration in ``herald/migrations``; these models are what
@@ -52,6 +53,9 @@ send_job = sa.Table(
     # The job's send window (dispatch.wallclock.SendWindow.to_json), or None: the worker
     # re-checks it at claim and hands a job outside it back until the window opens.
     sa.Column("send_window", sa.Text, nullable=True),
+    # The suppression scope of the job's campaign (``list:<name>``), compared at T4 together
+    # with ``global``; None for jobs made before migration 0006 (only ``global`` applies).
+    sa.Column("list_scope", sa.String(140), nullable=True),
     sa.Column("claims", sa.Integer, nullable=False, default=0),
     sa.Column("max_claims", sa.Integer, nullable=False),
     sa.Column("send_attempts", sa.Integer, nullable=False, default=0),
@@ -110,13 +114,66 @@ send_event = sa.Table(
 )
 
 
-# Mailboxes that must never be sent to (unsubscribes, hard bounces, manual).
+# Mailboxes that must never be sent to (unsubscribes, hard bounces, complaints, manual).
 #
 # ``address`` holds the mailbox identity (compared with ``send_job.mailbox``), not a spelling.
+# ``scope`` is ``global`` (every campaign, transactional mail too) or ``list:<name>`` (only the
+# campaigns of that list: an unsubscribe from the newsletter does not stop receipts).
+GLOBAL_SCOPE = "global"
+
 suppression = sa.Table(
     "suppression",
     metadata,
     sa.Column("address", sa.String(320), primary_key=True),
+    sa.Column("scope", sa.String(140), primary_key=True, server_default=GLOBAL_SCOPE),
     sa.Column("reason", ForeignText(), nullable=False),
+    # manual | import | unsubscribe | mailto | bounce | complaint | ses | sendgrid | …
+    sa.Column("source", sa.String(32), nullable=False, server_default="manual"),
     _ts("created_at", default_now=True),
+)
+
+
+# Shared rate limits (per campaign, per recipient domain): one GCRA cell per key, updated by
+# every worker on every host with one conditional statement.
+rate_limit = sa.Table(
+    "rate_limit",
+    metadata,
+    sa.Column("key", sa.String(300), primary_key=True),  # campaign:<name> | domain:<domain>
+    sa.Column("per_second", sa.Float, nullable=False),
+    # < 1 while a 421/451/454 has slowed this key down, until factor_until.
+    sa.Column("factor", sa.Float, nullable=False, server_default="1"),
+    _ts("factor_until"),
+    _ts("tat"),  # theoretical arrival time of the next permitted send
+    _ts("updated_at", default_now=True),
+)
+
+
+# What workers last learnt about each relay (redacted URL): ok, or unreachable since when.
+relay_status = sa.Table(
+    "relay_status",
+    metadata,
+    sa.Column("relay", sa.String(300), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),  # ok | unreachable
+    _ts("since", nullable=False),
+    sa.Column("last_error", ForeignText()),
+    sa.Column("worker", sa.String(128)),
+    _ts("updated_at", default_now=True),
+)
+
+
+# Bounces, complaints and unsubscribes as they arrive, deduplicated on ``event_ref``
+# (a provider's event id, a DSN's Message-ID…): the evidence behind a suppression.
+mail_feedback = sa.Table(
+    "mail_feedback",
+    metadata,
+    sa.Column("id", big_id(), primary_key=True),
+    sa.Column("event_ref", sa.String(200), nullable=True, unique=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # hard | soft | complaint | unsubscribe
+    sa.Column("mailbox", sa.String(320), nullable=True),
+    sa.Column("job_key", sa.String(64), nullable=True),
+    sa.Column("source", sa.String(32), nullable=False),  # dsn | arf | mailto | https | ses | …
+    sa.Column("status_code", sa.String(16)),
+    sa.Column("detail", ForeignText()),
+    _ts("created_at", default_now=True),
+    sa.Index("ix_mail_feedback_mailbox", "mailbox", "kind"),
 )

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbtypes import db_now
-from dispatch.models import send_job, suppression
+from dispatch.models import GLOBAL_SCOPE, send_job, suppression
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, guard, journal, returned, selection
@@ -126,13 +126,21 @@ class OperatorOps(SqlBase):
         journal(conn, T.DEAD_RETRY, returned(rows, "dead retry"), actor)
         return [(r.id, r.key) for r in rows]
 
-    def suppress(self, conn: sa.Connection, mailbox: str, reason: str) -> bool:
-        """Never send to ``mailbox`` again: its canonical identity, which the caller computes
-        (campaigns.suppression). True if it was not suppressed before."""
+    def suppress(
+        self,
+        conn: sa.Connection,
+        mailbox: str,
+        reason: str,
+        *,
+        scope: str = GLOBAL_SCOPE,
+        source: str = "manual",
+    ) -> bool:
+        """Never send to ``mailbox`` again in ``scope``: its canonical identity, which the
+        caller computes (campaigns.suppression). True if it was not suppressed before."""
         stmt = (
             self.forms.insert(suppression)
-            .values(address=mailbox, reason=reason)
-            .on_conflict_do_nothing(index_elements=["address"])
+            .values(address=mailbox, scope=scope, reason=reason, source=source)
+            .on_conflict_do_nothing(index_elements=["address", "scope"])
             .returning(suppression.c.address)
         )
         return conn.execute(stmt).first() is not None
