@@ -91,9 +91,12 @@ def _b64(data: bytes) -> str:
 
 def _unb64(text: str) -> bytes:
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise BadToken("invalid token") from None
+    if _b64(data) != text:  # one spelling per token: no slack bits, no stray characters
+        raise BadToken("invalid token")
+    return data
 
 
 def unsubscribe_token(keys: SigningKeys, *, mailbox: str, scope: str, campaign: str) -> str:
@@ -128,9 +131,12 @@ def _b32(data: bytes) -> str:
 
 def _unb32(text: str) -> bytes:
     try:
-        return base64.b32decode(text.upper() + "=" * (-len(text) % 8))
+        data = base64.b32decode(text.upper() + "=" * (-len(text) % 8))
     except (binascii.Error, ValueError):
         raise BadToken("invalid token") from None
+    if _b32(data) != text:  # one spelling per token (case aside: the caller lower-cases)
+        raise BadToken("invalid token")
+    return data
 
 
 def address_token(keys: SigningKeys, purpose: Purpose, job_key: str) -> str:
