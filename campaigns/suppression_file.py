@@ -64,7 +64,7 @@ def read_suppression_file(path: Path, *, scope: str, reason: str) -> Suppression
     name = str(path)
     result = SuppressionFile(name)
     problems: list[CampaignError] = []
-    failed = 0
+    failed = listed = 0  # bad rows; of them, listed in ``problems`` (which _rows adds to)
     seen: set[tuple[str, str]] = set()
     for line, cells in _rows(_read_text(path), name, problems):
         try:
@@ -72,6 +72,7 @@ def read_suppression_file(path: Path, *, scope: str, reason: str) -> Suppression
         except SuppressionError as error:
             failed += 1
             if len(problems) < MAX_LISTED:
+                listed += 1
                 problems.append(CampaignError(error.message, file=name, line=line, hint=error.hint))
             continue
         if (entry.mailbox, entry.scope) in seen:
@@ -79,7 +80,7 @@ def read_suppression_file(path: Path, *, scope: str, reason: str) -> Suppression
             continue
         seen.add((entry.mailbox, entry.scope))
         result.entries.append(Entry(line, entry.mailbox, entry.scope, entry.reason))
-    total = failed + sum(1 for problem in problems if problem.field == FILE_FIELD)
+    total = failed + len(problems) - listed
     if problems:
         raise SuppressionFileError(
             f"{total} problem(s); nothing was imported", file=name, problems=problems
@@ -87,9 +88,6 @@ def read_suppression_file(path: Path, *, scope: str, reason: str) -> Suppression
     if not result.entries:
         raise SuppressionFileError("no addresses in the file; nothing was imported", file=name)
     return result
-
-
-FILE_FIELD: Final = "file"  # marks a problem with the file as a whole (encoding, CSV syntax)
 
 
 def _read_text(path: Path) -> str:
@@ -154,9 +152,7 @@ def _csv_rows(
         except StopIteration:
             return
         except csv.Error as error:
-            problems.append(
-                CampaignError(f"unreadable CSV: {error}", file=name, line=start, field=FILE_FIELD)
-            )
+            problems.append(CampaignError(f"unreadable CSV: {error}", file=name, line=start))
             return
         line, start = start, reader.line_num + 1
         if line <= header_line or not any(cell.strip() for cell in cells):
