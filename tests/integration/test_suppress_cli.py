@@ -25,7 +25,7 @@ def rows(engine: Engine) -> list[tuple[str, str, str, str]]:
         found = conn.execute(
             sa.select(s.address, s.scope, s.reason, s.source).order_by(s.address, s.scope)
         )
-        return [tuple(r) for r in found]  # type: ignore[misc]
+        return [tuple(r) for r in found]
 
 
 def test_the_public_function_stores_the_identity_in_its_scope(engine: Engine) -> None:
@@ -62,7 +62,10 @@ def test_the_public_function_refuses_bad_input(
 
 
 def test_launch_gives_each_job_its_campaigns_list_scope(engine: Engine, tmp_path: Path) -> None:
-    common = "from: news@herald.test\naudience: [a@example.com]\nsteps: [{id: s, subject: hi, text: hi}]\n"
+    common = (
+        "from: news@herald.test\naudience: [a@example.com]\n"
+        "steps: [{id: s, subject: hi, text: hi}]\n"
+    )
     launch(engine, write_yaml(tmp_path / "a", f"name: digest\n{common}"))
     launch(engine, write_yaml(tmp_path / "b", f"name: weekly\nlist: news\n{common}"))
     launch(engine, write_yaml(tmp_path / "c", f"name: receipt\ntransactional: true\n{common}"))
@@ -86,7 +89,8 @@ def test_add_list_and_remove(db_url: str, engine: Engine) -> None:
         "addresses": ["ann@example.com", "bob@example.com"],
     }
     again = cli(db_url, "suppress", "add", "ANN@example.com", "--scope", "list:news")
-    assert again.exit_code == 0 and "ann@example.com: suppressed in list:news" in again.stdout
+    assert again.exit_code == 0
+    assert "ann@example.com: suppressed in list:news" in again.stdout
     listed = json.loads(cli(db_url, "suppress", "list", "--json").stdout)
     assert listed["count"] == 3
     assert [
@@ -99,7 +103,8 @@ def test_add_list_and_remove(db_url: str, engine: Engine) -> None:
     only = json.loads(cli(db_url, "suppress", "list", "--scope", "list:news", "--json").stdout)
     assert [e["address"] for e in only["suppressions"]] == ["ann@example.com"]
     text = cli(db_url, "suppress", "list")
-    assert "asked by phone" in text.stdout and "3 suppression(s)" in text.stdout
+    assert "asked by phone" in text.stdout
+    assert "3 suppression(s)" in text.stdout
 
     removed = cli(db_url, "suppress", "remove", '"Ann"@example.com')
     assert removed.exit_code == 0

@@ -15,13 +15,11 @@ import pytest
 from dispatch.outbox import Completion
 from dispatch.outbox.jobs import SUPPRESSED, ClaimedJob
 from dispatch.states import State, T
-from tests.integration.test_outbox_contract import (  # noqa: F401 - the fixture
-    claim,
-    enqueue,
-    harness,
-    journal_is_consistent,
-)
+from tests.integration import test_outbox_contract as contract
+from tests.integration.test_outbox_contract import claim, enqueue, journal_is_consistent
 from tests.support.outboxes import Harness, new_job
+
+harness = contract.harness  # the contract's fixture: memory, SQLite and PostgreSQL
 
 NEWS, OTHER, GLOBAL = "list:news", "list:other", "global"
 
