@@ -73,9 +73,8 @@ class SendOps(SqlBase):
 
         Superseded by a new version → cancelled; suppressed (global or the job's list) →
         cancelled, reason ``suppressed``; campaign cancelled → cancelled; attempts used up →
-        failed; anything else (campaign paused, too little lease
-        left) → back to pending untouched. Jobs whose lease is no longer ours match none of
-        these and are left alone.
+        failed; anything else (campaign paused, too little lease left) → back to pending
+        untouched. Jobs whose lease is no longer ours match none of these and are left alone.
         """
         remaining = list(leases)
         settled: dict[int, State] = {}
