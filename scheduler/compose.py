@@ -152,6 +152,9 @@ def compose_job(
         max_send_attempts=spec.max_attempts,
         in_doubt_policy=in_doubt_policy,
         send_window=send_window,
+        # Transactional mail (receipts, resets) obeys only global suppression: an unsubscribe
+        # from a list must not stop it. Everything else obeys its list's too.
+        list_scope=None if spec.transactional else spec.suppression_scope,
     )
 
 

@@ -28,6 +28,7 @@ from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.errors import AudienceError
 from campaigns.spec import LoadedCampaign
 from dispatch.keys import KeyTuple
+from dispatch.models import GLOBAL_SCOPE
 from dispatch.store import OutboxStore
 from scheduler.enrollment_store import (
     ENDED,
@@ -155,8 +156,10 @@ def end_suppressed(
 ) -> None:
     """End the active drips whose mailbox is suppressed."""
     store = EnrollmentStore(engine.dialect.name)
+    spec = loaded.spec
+    scopes = [GLOBAL_SCOPE] if spec.transactional else [GLOBAL_SCOPE, spec.suppression_scope]
     with engine.connect() as conn:
-        ids = [row.id for row in store.active_suppressed(conn, loaded.spec.name)]
+        ids = [row.id for row in store.active_suppressed(conn, spec.name, scopes)]
     ended, withdrawn = _end_all(engine, loaded, ids, ENDED, SUPPRESSED_REASON, actor)
     report.ended += ended
     report.withdrawn += withdrawn

@@ -170,12 +170,17 @@ class EnrollmentStore:
         )
         return [(r.id, r.mailbox) for r in rows]
 
-    def active_suppressed(self, conn: sa.Connection, campaign: str) -> list[EnrollmentRow]:
-        """Active enrollments whose mailbox is on the suppression list."""
+    def active_suppressed(
+        self, conn: sa.Connection, campaign: str, scopes: Sequence[str]
+    ) -> list[EnrollmentRow]:
+        """Active enrollments whose mailbox is suppressed in one of ``scopes`` (``global``
+        and, unless the campaign is transactional, its list's): the scopes its T4 checks."""
+        listed = sa.exists().where(
+            suppression.c.address == E.mailbox, suppression.c.scope.in_(list(scopes))
+        )
         rows = conn.execute(
             sa.select(*_COLUMNS)
-            .join(suppression, suppression.c.address == E.mailbox)
-            .where(E.campaign == campaign, E.state == ACTIVE)
+            .where(E.campaign == campaign, E.state == ACTIVE, listed)
             .order_by(E.id)
         )
         return [_row(r) for r in rows]

@@ -65,6 +65,7 @@ class JobSpool:
             job.in_doubt_policy,
             job.mailbox,
             job.send_window,
+            job.list_scope,
         ]
         self._write(job.step, fields, zlib.compress(job.payload, 1))
         self._counts[job.step] += 1
@@ -119,7 +120,7 @@ class JobSpool:
 def _job(fields: list[object], payload: bytes) -> NewJob:
     (_, key, key_tuple, campaign, step, occurrence_at, channel, sender, recipient, message_id,
      not_before, max_send_attempts, max_claims, in_doubt_policy, mailbox,
-     window) = fields  # fmt: skip
+     window, list_scope) = fields  # fmt: skip
     return NewJob(
         key=str(key),
         key_tuple=str(key_tuple),
@@ -137,4 +138,5 @@ def _job(fields: list[object], payload: bytes) -> NewJob:
         in_doubt_policy=str(in_doubt_policy),
         mailbox=None if mailbox is None else str(mailbox),
         send_window=None if window is None else str(window),
+        list_scope=None if list_scope is None else str(list_scope),
     )

@@ -44,18 +44,19 @@ NOTES: dict[str, tuple[str, str]] = {
     "T4": (
         "worker, just before SMTP DATA",
         "The only door to a send: committed durably before the first byte of DATA. Guard: "
-        "same token, enough lease left, attempts left, not suppressed, not superseded, "
-        "campaign active.",
+        "same token, enough lease left, attempts left, mailbox not suppressed (`global`, or "
+        "the job's `list_scope`), not superseded, campaign active.",
     ),
     "T4c": (
         "worker, after T4 refused",
-        "The T4 guard refused because the job was superseded by a new version or its campaign "
-        "was cancelled: the claim ends cancelled.",
+        "The T4 guard refused because the job was superseded by a new version, its mailbox is "
+        "suppressed (globally or in the job's list; reason `suppressed`: an address suppressed "
+        "after materialisation is never sent to) or its campaign was cancelled: the claim ends "
+        "cancelled.",
     ),
     "T4f": (
         "worker, after T4 refused",
-        "The T4 guard refused because the recipient is suppressed or the send attempts are used "
-        "up: the claim ends failed.",
+        "The T4 guard refused because the send attempts are used up: the claim ends failed.",
     ),
     "T4r": (
         "worker, after T4 refused",

@@ -53,6 +53,7 @@ class ClaimOps(SqlBase):
                 "state": T.ENQUEUE.target.value,
                 "not_before": job.not_before,
                 "send_window": job.send_window,
+                "list_scope": job.list_scope,
                 "claims": 0,
                 "max_claims": job.max_claims,
                 "send_attempts": 0,
@@ -85,6 +86,7 @@ class ClaimOps(SqlBase):
                     payload_hash=sa.bindparam("b_hash"),
                     not_before=sa.bindparam("b_not_before", type_=UtcTimestamp()),
                     send_window=sa.bindparam("b_window"),
+                    list_scope=sa.bindparam("b_scope"),
                     max_send_attempts=sa.bindparam("b_max"),
                     updated_at=db_now(),
                 ),
@@ -96,6 +98,7 @@ class ClaimOps(SqlBase):
                         "b_payload": v["payload"],
                         "b_not_before": v["not_before"],
                         "b_window": v["send_window"],
+                        "b_scope": v["list_scope"],
                         "b_max": v["max_send_attempts"],
                     }
                     for v in values

@@ -14,6 +14,9 @@ from dispatch.states import State, T, Transition
 
 Lease = tuple[int, int]  # (job id, fencing token)
 
+#: The outcome of a job whose recipient was suppressed when it reached T4 (its T4c reason).
+SUPPRESSED = "suppressed"
+
 
 @dataclass(frozen=True)
 class NewJob:
@@ -38,6 +41,9 @@ class NewJob:
     # When the message may go out (dispatch.wallclock.SendWindow.to_json), or None: any time.
     # The worker re-checks it at claim and hands a job outside it back until it opens (W2).
     send_window: str | None = None
+    # The suppression scope of the campaign's list (``list:<name>``), checked at T4 together
+    # with ``global``; None for transactional mail, which only global suppression stops.
+    list_scope: str | None = None
 
     @property
     def mailbox_identity(self) -> str:

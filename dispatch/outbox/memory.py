@@ -18,6 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from dispatch.models import GLOBAL_SCOPE
 from dispatch.outbox.contract import Outbox
 from dispatch.outbox.jobs import RecoveryReport
 from dispatch.outbox.memory_base import (
@@ -190,11 +191,30 @@ class MemoryOutbox(MemoryWorkerOps):
             done.append((j.id, j.key))
         return done
 
-    def suppress(self, conn: MemoryTx, mailbox: str, reason: str) -> bool:
-        if mailbox in conn.data.suppressed:
+    def suppress(
+        self,
+        conn: MemoryTx,
+        mailbox: str,
+        reason: str,
+        *,
+        scope: str = GLOBAL_SCOPE,
+        source: str = "manual",
+    ) -> bool:
+        if (mailbox, scope) in conn.data.suppressed:
             return False
-        conn.data.suppressed[mailbox] = reason
+        conn.data.suppressed[mailbox, scope] = reason
         return True
+
+    def suppress_many(
+        self, conn: MemoryTx, entries: Sequence[tuple[str, str, str]], *, source: str
+    ) -> int:
+        return sum(
+            self.suppress(conn, mailbox, reason, scope=scope, source=source)
+            for mailbox, scope, reason in entries
+        )
+
+    def unsuppress(self, conn: MemoryTx, mailbox: str, *, scope: str = GLOBAL_SCOPE) -> bool:
+        return conn.data.suppressed.pop((mailbox, scope), None) is not None
 
     # ------------------------------------------------------------ readers
 

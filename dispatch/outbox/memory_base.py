@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch.models import GLOBAL_SCOPE
 from dispatch.outbox.gate import CAMPAIGN_GATE, CampaignGate
 from dispatch.outbox.jobs import Lease
 from dispatch.states import State, Transition
@@ -45,6 +46,7 @@ class MemJob:
     max_send_attempts: int
     in_doubt_policy: str
     send_window: str | None = None
+    list_scope: str | None = None
     state: str = State.PENDING.value
     claims: int = 0
     send_attempts: int = 0
@@ -79,7 +81,8 @@ class _Data:
     jobs: dict[int, MemJob] = field(default_factory=dict)
     events: list[MemEvent] = field(default_factory=list)
     campaigns: dict[str, str] = field(default_factory=dict)  # name -> status
-    suppressed: dict[str, str] = field(default_factory=dict)  # mailbox -> reason
+    # (mailbox, scope) -> reason; scope is GLOBAL_SCOPE or ``list:<name>``, as in SQL.
+    suppressed: dict[tuple[str, str], str] = field(default_factory=dict)
     next_id: int = 1
 
 
@@ -154,6 +157,12 @@ class MemoryBase:
             tx.clock(),
         )
         tx.data.events.append(event)
+
+    @staticmethod
+    def _suppressed(tx: MemoryTx, job: MemJob) -> bool:
+        """As ``sqlcore.suppressed``: global, or the job's own list (never a NULL scope)."""
+        scopes = [GLOBAL_SCOPE] if job.list_scope is None else [GLOBAL_SCOPE, job.list_scope]
+        return any((job.mailbox, scope) in tx.data.suppressed for scope in scopes)
 
     def _active(self, tx: MemoryTx, job: MemJob) -> bool:
         # A campaign the table does not know is not inactive (SQL: NOT IN inactive names).

@@ -8,6 +8,7 @@ from typing import Any
 
 from dispatch.outbox.jobs import (
     COMPLETION_TRANSITIONS,
+    SUPPRESSED,
     ClaimedJob,
     Completion,
     Deferral,
@@ -43,7 +44,7 @@ class MemoryWorkerOps(MemoryBase):
                 ):
                     old.payload, old.payload_hash = new.payload, digest
                     old.not_before, old.max_send_attempts = new.not_before, new.max_send_attempts
-                    old.send_window = new.send_window
+                    old.send_window, old.list_scope = new.send_window, new.list_scope
                     old.updated_at = now
                 continue
             job = MemJob(
@@ -65,6 +66,7 @@ class MemoryWorkerOps(MemoryBase):
                 max_send_attempts=new.max_send_attempts,
                 in_doubt_policy=new.in_doubt_policy,
                 send_window=new.send_window,
+                list_scope=new.list_scope,
                 state=T.ENQUEUE.target.value,
                 created_at=now,
                 updated_at=now,
@@ -176,7 +178,7 @@ class MemoryWorkerOps(MemoryBase):
                 and j.lease_expires_at > now + timedelta(seconds=margin_seconds)
                 and j.send_attempts < j.max_send_attempts
                 and j.superseded_at is None
-                and j.mailbox not in conn.data.suppressed
+                and not self._suppressed(conn, j)
                 and self._active(conn, j)
             ):
                 self._move(
@@ -197,11 +199,7 @@ class MemoryWorkerOps(MemoryBase):
     ) -> dict[int, State]:
         rules: list[tuple[Callable[[MemJob], bool], Transition, str]] = [
             (lambda j: j.superseded_at is not None, T.UNSTARTABLE_CANCELLED, "superseded"),
-            (
-                lambda j: j.mailbox in conn.data.suppressed,
-                T.UNSTARTABLE_FAILED,
-                "recipient is suppressed",
-            ),
+            (lambda j: self._suppressed(conn, j), T.UNSTARTABLE_CANCELLED, SUPPRESSED),
             (
                 lambda j: conn.data.campaigns.get(j.campaign) == self.gate.cancelled,
                 T.UNSTARTABLE_CANCELLED,

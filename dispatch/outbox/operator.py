@@ -1,5 +1,5 @@
 """Explicit human decisions: cancel a campaign's unsent jobs (T10), resolve in-doubt jobs (T9),
-re-arm dead ones (D1), suppress a mailbox."""
+re-arm dead ones (D1), suppress a mailbox (and lift it)."""
 
 from __future__ import annotations
 
@@ -144,3 +144,35 @@ class OperatorOps(SqlBase):
             .returning(suppression.c.address)
         )
         return conn.execute(stmt).first() is not None
+
+    def suppress_many(
+        self,
+        conn: sa.Connection,
+        entries: Sequence[tuple[str, str, str]],
+        *,
+        source: str,
+    ) -> int:
+        """``suppress`` for many (mailbox, scope, reason) at once, in the caller's transaction
+        (an import is all or nothing). Returns how many were not suppressed before."""
+        if not entries:
+            return 0
+        stmt = (
+            self.forms.insert(suppression)
+            .on_conflict_do_nothing(index_elements=["address", "scope"])
+            .returning(suppression.c.address)
+        )
+        params = [
+            {"address": mailbox, "scope": scope, "reason": reason, "source": source}
+            for mailbox, scope, reason in entries
+        ]
+        return len(conn.execute(stmt, params).all())
+
+    def unsuppress(self, conn: sa.Connection, mailbox: str, *, scope: str = GLOBAL_SCOPE) -> bool:
+        """Lift ``mailbox``'s suppression in ``scope`` (only that scope). True if there was one.
+
+        Jobs the suppression already cancelled stay cancelled: lifting it is not a resend.
+        """
+        stmt = sa.delete(suppression).where(
+            suppression.c.address == mailbox, suppression.c.scope == scope
+        )
+        return conn.execute(stmt).rowcount > 0

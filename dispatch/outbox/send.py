@@ -14,7 +14,14 @@ from dbtypes import ForeignText, db_now, db_now_plus, seconds, utc
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.dialect import Column
-from dispatch.outbox.jobs import COMPLETION_TRANSITIONS, Completion, Deferral, Lease, LeaseRow
+from dispatch.outbox.jobs import (
+    COMPLETION_TRANSITIONS,
+    SUPPRESSED,
+    Completion,
+    Deferral,
+    Lease,
+    LeaseRow,
+)
 from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned, suppressed
 from dispatch.states import LEASED, State, T, Transition, performs
 
@@ -64,16 +71,18 @@ class SendOps(SqlBase):
     ) -> dict[int, State]:
         """Decide what happens to claimed jobs whose T4 guard failed, most final reason first.
 
-        Superseded by a new version → cancelled; suppressed → failed; campaign cancelled →
-        cancelled; attempts used up → failed; anything else (campaign paused, too little lease
-        left) → back to pending untouched. Jobs whose lease is no longer ours match none of
-        these and are left alone.
+        Superseded by a new version → cancelled; suppressed (global or the job's list) →
+        cancelled, reason ``suppressed``; campaign cancelled → cancelled; attempts used up →
+        failed; anything else (campaign paused, too little lease left) → back to pending
+        untouched. Jobs whose lease is no longer ours match none of these and are left alone.
         """
         remaining = list(leases)
         settled: dict[int, State] = {}
         rules: list[tuple[sa.ColumnElement[bool], Transition, str]] = [
             (J.superseded_at.is_not(None), T.UNSTARTABLE_CANCELLED, "superseded"),
-            (suppressed(), T.UNSTARTABLE_FAILED, "recipient is suppressed"),
+            # Suppression is a decision about the recipient, not a failure of the job: it
+            # ends cancelled, like a withdrawn job, and nothing about it is retried.
+            (suppressed(), T.UNSTARTABLE_CANCELLED, SUPPRESSED),
             (
                 self.campaigns.has_status(self.campaigns.gate.cancelled),
                 T.UNSTARTABLE_CANCELLED,

@@ -14,7 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbtypes import db_now
-from dispatch.models import send_event, send_job, suppression
+from dispatch.models import GLOBAL_SCOPE, send_event, send_job, suppression
 from dispatch.outbox.gate import CampaignGate
 from dispatch.outbox.jobs import Lease
 from dispatch.states import State, Transition
@@ -86,9 +86,16 @@ def leases_in(leases: Iterable[Lease]) -> sa.ColumnElement[bool]:
 
 
 def suppressed() -> sa.Exists:
-    # On the mailbox identity, never the spelling: a suppressed mailbox stays suppressed
-    # however an audience writes it.
-    return sa.exists().where(suppression.c.address == J.mailbox)
+    """The job's mailbox is suppressed everywhere (``global``) or for its campaign's list.
+
+    On the mailbox identity, never the spelling: a suppressed mailbox stays suppressed however
+    an audience writes it. A job whose ``list_scope`` is NULL (transactional mail, jobs made
+    before migration 0006) matches ``global`` only: ``scope = NULL`` is never true.
+    """
+    return sa.exists().where(
+        suppression.c.address == J.mailbox,
+        sa.or_(suppression.c.scope == GLOBAL_SCOPE, suppression.c.scope == J.list_scope),
+    )
 
 
 class CampaignFilters:

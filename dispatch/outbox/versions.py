@@ -132,6 +132,7 @@ class VersionStore:
                     "b_hash": digest,
                     "b_not_before": job.not_before,
                     "b_window": job.send_window,
+                    "b_scope": job.list_scope,
                     "b_max": job.max_send_attempts,
                 }
             )
@@ -149,6 +150,9 @@ class VersionStore:
                 payload_hash=sa.bindparam("b_hash"),
                 not_before=sa.bindparam("b_not_before", type_=J.not_before.type),
                 send_window=sa.bindparam("b_window"),
+                # A new version may move the campaign to another list (or make it
+                # transactional): its unsent jobs obey the new version's scope.
+                list_scope=sa.bindparam("b_scope"),
                 max_send_attempts=sa.bindparam("b_max"),
                 superseded_at=None,
                 # Every target (pending, failed, in_doubt) is a state without a lease.

@@ -200,12 +200,12 @@ def test_a_paused_campaign_is_not_claimed_and_resumes(
     assert run_worker(engine, smtp_server.host, smtp_server.port).sent == 1
 
 
-def test_a_suppressed_recipient_fails_at_t4(engine: Engine) -> None:
+def test_a_suppressed_recipient_is_cancelled_at_t4(engine: Engine) -> None:
     store = OutboxStore(engine.dialect.name)
     job = _claim_one(engine, store)
     with engine.begin() as conn:
         store.suppress(conn, job.recipient, "unsubscribed")
         assert store.start_sends(conn, [job.lease], margin_seconds=1, actor="w").keys() == set()
-        assert store.settle_unstartable(conn, [job.lease], actor="w") == {job.id: State.FAILED}
+        assert store.settle_unstartable(conn, [job.lease], actor="w") == {job.id: State.CANCELLED}
         text = conn.execute(sa.select(send_job.c.outcome_text)).scalar_one()
-    assert text == "recipient is suppressed"
+    assert text == "suppressed"

@@ -162,7 +162,7 @@ def test_heartbeat_extends_a_live_lease_and_never_revives_an_expired_one(harness
     ("setup", "expected"),
     [
         ("short lease", State.PENDING),
-        ("suppressed", State.FAILED),
+        ("suppressed", State.CANCELLED),
         ("campaign cancelled", State.CANCELLED),
         ("campaign paused", State.PENDING),
     ],

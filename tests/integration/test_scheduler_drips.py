@@ -176,6 +176,28 @@ def test_a_suppressed_recipient_gets_nothing_more(engine: Engine, tmp_path: Path
     assert by_mailbox(jobs(engine), "welcome")["bob@example.com"].state == "cancelled"
 
 
+def test_only_the_drips_own_list_or_global_suppression_ends_it(
+    engine: Engine, tmp_path: Path
+) -> None:
+    path = write_scheduled(
+        tmp_path / "c", DRIP, ["ann@example.com", "bob@example.com", "cy@example.com"], name="drip"
+    )
+    launch_at(engine, path, T0)
+    with engine.begin() as conn:
+        suppress(conn, "ann@example.com", "unsubscribed", scope="list:other")  # another list
+        suppress(conn, "BOB@example.com", "unsubscribed", scope="list:drip")  # its own list
+        suppress(conn, "Cy@Example.com", "complaint", scope="global")
+    done = pass_at(engine, T0 + timedelta(minutes=5)).get("drip")
+    assert done is not None
+    assert done.ended == 2
+    states = {mailbox: row[0] for mailbox, row in enrollments(engine).items()}
+    assert states == {
+        "ann@example.com": "active",
+        "bob@example.com": "ended",
+        "cy@example.com": "ended",
+    }
+
+
 def test_a_drip_follows_the_actual_sends_to_the_end(engine: Engine, tmp_path: Path) -> None:
     path = write_scheduled(
         tmp_path / "c", DRIP, [("ann@example.com", "America/New_York")], name="drip"

@@ -71,7 +71,8 @@ def test_the_memory_outbox_performs_every_transition_but_campaign_versions() -> 
 
 def test_only_operations_that_change_state_declare_transitions() -> None:
     reads = {"counts", "jobs_in_state", "events", "has_work", "next_due_in", "database_now"}
-    others = {"heartbeat", "lease_state", "lease_rows", "suppress"}  # no state change
+    # No state change: a suppression is checked by T4, which settles the job (T4c).
+    others = {"heartbeat", "lease_state", "lease_rows", "suppress", "suppress_many", "unsuppress"}
     for name, transitions in operations(SqlOutbox).items():
         if name in reads | others:
             assert transitions == (), name
@@ -185,11 +186,15 @@ class OutboxMachine(RuleBasedStateMachine):
         keys=st.lists(st.sampled_from(KEYS), min_size=1, max_size=3, unique=True),
         policy=st.sampled_from(["hold", "resend"]),
         attempts=st.integers(0, 2),
+        scope=st.sampled_from(["list:c", None]),  # None: transactional (global only)
     )
-    def enqueue(self, keys: list[str], policy: str, attempts: int) -> None:
+    def enqueue(self, keys: list[str], policy: str, attempts: int, scope: str | None) -> None:
         when = datetime(2026, 1, 1, tzinfo=UTC)
         jobs = [
-            new_job(k, when, policy=policy, max_send_attempts=attempts, max_claims=2) for k in keys
+            new_job(
+                k, when, policy=policy, max_send_attempts=attempts, max_claims=2, list_scope=scope
+            )
+            for k in keys
         ]
         self.do(self.h.outbox.enqueue, jobs)
 
@@ -252,9 +257,13 @@ class OutboxMachine(RuleBasedStateMachine):
     def cancel(self) -> None:
         self.do(self.h.outbox.cancel_campaign, "c", actor="op")
 
-    @rule(key=st.sampled_from(KEYS))
-    def suppress(self, key: str) -> None:
-        self.do(self.h.outbox.suppress, f"{key}@example.com", "test")
+    @rule(key=st.sampled_from(KEYS), scope=st.sampled_from(["global", "list:c", "list:x"]))
+    def suppress(self, key: str, scope: str) -> None:
+        self.do(self.h.outbox.suppress, f"{key}@example.com", "test", scope=scope)
+
+    @rule(key=st.sampled_from(KEYS), scope=st.sampled_from(["global", "list:c"]))
+    def unsuppress(self, key: str, scope: str) -> None:
+        self.do(self.h.outbox.unsuppress, f"{key}@example.com", scope=scope)
 
     @rule(verdict=st.sampled_from([State.SENT, State.PENDING, State.FAILED]))
     def resolve(self, verdict: State) -> None:

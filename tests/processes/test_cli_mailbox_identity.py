@@ -2,7 +2,7 @@
 
 Three spellings of one mailbox in an audience make one job and one message, sent to the first
 spelling as written; a suppressed mailbox is never sent to under another spelling or case: its
-job fails with "recipient is suppressed", as every suppressed job does.
+job ends cancelled with reason "suppressed", as every suppressed job does.
 """
 
 from __future__ import annotations
@@ -82,12 +82,10 @@ def test_one_mailbox_gets_one_message_and_suppression_holds_for_every_spelling(
             )
         ).all()
     assert [tuple(r) for r in rows] == [
-        ("others", "Blocked@example.com", "blocked@example.com", "failed",
-         "recipient is suppressed"),
+        ("others", "Blocked@example.com", "blocked@example.com", "cancelled", "suppressed"),
         ("others", "DUP@y.example", "dup@y.example", "sent", "OK: stored"),
         ("others", "friend@example.com", "friend@example.com", "sent", "OK: stored"),
-        ("quoted", '"blocked"@example.com', "blocked@example.com", "failed",
-         "recipient is suppressed"),
+        ("quoted", '"blocked"@example.com', "blocked@example.com", "cancelled", "suppressed"),
         ("spellings", "dup@y.example", "dup@y.example", "sent", "OK: stored"),
     ]  # fmt: skip
 

@@ -127,6 +127,7 @@ def new_job(
     max_send_attempts: int = 5,
     max_claims: int = 10,
     payload: bytes = b"Subject: x\r\n\r\nbody\r\n",
+    list_scope: str | None = None,
 ) -> NewJob:
     return NewJob(
         key=key,
@@ -143,4 +144,5 @@ def new_job(
         max_send_attempts=max_send_attempts,
         max_claims=max_claims,
         in_doubt_policy=policy,
+        list_scope=list_scope,
     )

@@ -96,6 +96,46 @@ def message_id_of(content: bytes) -> str:
     return "".join(str(value).split()) if value is not None else ""
 
 
+class RcptHold:
+    """Holds the reply to RCPT TO for the addresses ``matches`` selects until ``release()``.
+
+    A test uses it to catch senders between RCPT and DATA on cue (no sleeps): ``wait_held(n)``
+    returns once ``n`` RCPTs are waiting. The wait is an asyncio.Event on the server's loop, so
+    a held connection occupies no thread and every other connection carries on.
+    """
+
+    def __init__(self, matches: Callable[[str], bool]) -> None:
+        self.matches = matches
+        self.held: list[str] = []  # addresses held, in order
+        self._cond = threading.Condition()
+        self._released = False
+        self._event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def wait(self, address: str) -> None:
+        if not self.matches(address):
+            return
+        with self._cond:
+            if self._released:
+                return
+            if self._event is None:
+                self._event, self._loop = asyncio.Event(), asyncio.get_running_loop()
+            event = self._event
+            self.held.append(address)
+            self._cond.notify_all()
+        await event.wait()
+
+    def wait_held(self, count: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.held) >= count, timeout)
+
+    def release(self) -> None:
+        with self._cond:
+            self._released = True
+            if self._event is not None and self._loop is not None:
+                self._loop.call_soon_threadsafe(self._event.set)
+
+
 class _LedgerHandler:
     """The aiosmtpd handler: applies the fault plan and keeps the ledger."""
 
@@ -105,11 +145,13 @@ class _LedgerHandler:
         fault_plan: FaultPlan,
         delay: float,
         store_dir: Path | None,
+        rcpt_hold: RcptHold | None = None,
     ) -> None:
         self.ledger_path = ledger_path
         self.fault_plan = fault_plan
         self.delay = delay
         self.store_dir = store_dir
+        self.rcpt_hold = rcpt_hold
         # Counters and the message list are read from the test's thread while the server thread
         # writes them; the ledger has its own lock so an fsync never blocks the event loop.
         self._lock = threading.Lock()
@@ -145,6 +187,8 @@ class _LedgerHandler:
         with self._lock:
             self._seen_rcpts[address] += 1
             attempt = self._seen_rcpts[address]
+        if self.rcpt_hold is not None:
+            await self.rcpt_hold.wait(address)
         fault = self.fault_plan(address, attempt)
         if fault is Fault.RCPT_REJECT:
             return "550 5.1.1 Recipient rejected (injected fault)"
@@ -236,6 +280,7 @@ class LedgerSMTPServer:
         delay: float = 0.0,
         store_dir: Path | None = None,
         port: int = 0,
+        rcpt_hold: RcptHold | None = None,
     ) -> None:
         self.ledger_path = Path(ledger_path)
         self.host: str = LOOPBACK
@@ -246,6 +291,7 @@ class LedgerSMTPServer:
             fault_plan or accept_everything,
             delay,
             Path(store_dir) if store_dir is not None else None,
+            rcpt_hold,
         )
         self._controller: BoundPortController | None = None
 
