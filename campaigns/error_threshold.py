@@ -95,6 +95,8 @@ def stored_setting(spec_text: str) -> PauseOnErrors | None:
     cannot be read back, since a brake that fails open is the one that matters."""
     try:
         data = load_yaml(spec_text, file="stored spec").data
+        if not isinstance(data, dict):
+            return DEFAULT_PAUSE_ON_ERRORS
         value = data.get("pause_on_errors", DEFAULT_PAUSE_ON_ERRORS)
         setting = pause_setting(value)
         return setting if setting is None else PauseOnErrors.model_validate(setting)

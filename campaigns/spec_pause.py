@@ -18,9 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 from campaigns.errors import excerpt
 from campaigns.spec_fields import Invalid
 
-PAUSE_HINT = (
-    "write e.g. pause_on_errors: {ratio: 0.2, over: 100, min: 20}, or pause_on_errors: off"
-)
+PAUSE_HINT = "write e.g. pause_on_errors: {ratio: 0.2, over: 100, min: 20}, or pause_on_errors: off"
 
 
 class PauseOnErrors(BaseModel):

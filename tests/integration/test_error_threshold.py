@@ -110,9 +110,7 @@ def _status(db_url: str) -> dict[str, Any]:
 
 def _claims_and_attempts(engine: Engine) -> list[tuple[int, int]]:
     with engine.connect() as conn:
-        rows = OutboxStore(engine.dialect.name).jobs_in_state(
-            conn, State.PENDING, campaign="brake"
-        )
+        rows = OutboxStore(engine.dialect.name).jobs_in_state(conn, State.PENDING, campaign="brake")
     return [(row.claims, row.send_attempts) for row in rows]
 
 
@@ -202,7 +200,7 @@ def test_several_worker_processes_pause_the_campaign_once(
     ]
     logs = []
     for process in processes:
-        stdout, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate(timeout=120)
         assert process.returncode == 0, stderr
         logs.append(stderr)
 
