@@ -3,21 +3,18 @@
 Every storage test takes ``db_url`` (or ``engine``) and so runs twice. Each test gets a fresh,
 migrated database of its own, so tests stay independent, but the migrations run once per
 session: a SQLite test gets a copy of a migrated template file, a PostgreSQL test a database
-cloned from a migrated template database. Cloning and dropping a PostgreSQL database costs a few
-hundred milliseconds of the server's I/O, so a background thread clones the next test's database
-while the current test runs and drops finished ones behind it (``PgDatabases``).
+cloned from a migrated template database.
 Without a reachable PostgreSQL they are skipped with a reason, unless HERALD_REQUIRE_POSTGRES=1
 (set by CI), which turns the skip into a failure.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import socket
+import uuid
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -72,71 +69,16 @@ def pg_admin() -> Iterator[Engine]:
     engine.dispose()
 
 
+def _new_pg_database(admin: Engine) -> tuple[str, str]:
+    name = f"herald_t_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
+    return name, f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{name}"
+
+
 def _drop_pg_database(admin: Engine, name: str) -> None:
     with admin.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-class PgDatabases:
-    """Fresh template clones, made one ahead and dropped behind, on one background thread.
-
-    A test still gets a database nobody else ever used, created from the migrated template
-    before it starts; only the waiting moves off the test's path. If a background clone failed
-    (the chaos suite restarts PostgreSQL), the clone is made again in the foreground; a failed
-    drop is retried by the sweep at the end of the session.
-    """
-
-    def __init__(self, admin: Engine) -> None:
-        self.admin = admin
-        self.prefix = f"herald_t_{os.getpid()}_"
-        self._numbers = itertools.count()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pg-clones")
-        self._next: Future[tuple[str, str]] | None = None
-
-    def _clone(self) -> tuple[str, str]:
-        name = f"{self.prefix}{next(self._numbers)}"
-        with self.admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
-        return name, f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{name}"
-
-    def take(self) -> tuple[str, str]:
-        ready, self._next = self._next, None
-        made: tuple[str, str] | None = None
-        if ready is not None:
-            try:
-                made = ready.result()
-            except Exception:  # made again below, in the foreground, so a real error shows
-                made = None
-        if made is None:
-            made = self._clone()
-        self._next = self._pool.submit(self._clone)
-        return made
-
-    def give_back(self, name: str) -> None:
-        self._pool.submit(self._drop_quietly, name)
-
-    def _drop_quietly(self, name: str) -> None:
-        try:
-            _drop_pg_database(self.admin, name)
-        except Exception:  # left for close()
-            return
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        with self.admin.connect() as conn:
-            leftover = conn.exec_driver_sql(
-                "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", (self.prefix,)
-            ).scalars()
-            names = list(leftover)
-        for name in names:
-            _drop_pg_database(self.admin, name)
-
-
-@pytest.fixture(scope="session")
-def pg_databases(pg_admin: Engine) -> Iterator[PgDatabases]:
-    databases = PgDatabases(pg_admin)
-    yield databases
-    databases.close()
 
 
 @pytest.fixture(scope="session")
@@ -146,6 +88,9 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     engine = create_engine(f"sqlite:///{path}")
     upgrade(engine)
     engine.dispose()
+    # WAL mode: the last connection to close folds the log into the file; a copy of the file
+    # alone is then the whole database.
+    assert not path.with_name(path.name + "-wal").exists()
     return path
 
 
@@ -157,10 +102,10 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
-    databases: PgDatabases = request.getfixturevalue("pg_databases")
-    name, url = databases.take()
+    admin = request.getfixturevalue("pg_admin")
+    name, url = _new_pg_database(admin)
     yield url
-    databases.give_back(name)
+    _drop_pg_database(admin, name)
 
 
 @pytest.fixture
