@@ -126,6 +126,8 @@ class ControlResult:
     previous: str
     status: str
     cancelled_jobs: int = 0
+    # Why the campaign had paused itself, when this change ended an automatic pause.
+    cleared_reason: str | None = None
 
 
 def change_status(engine: Engine, name: str, action: str, *, actor: str) -> ControlResult:
@@ -143,4 +145,4 @@ def change_status(engine: Engine, name: str, action: str, *, actor: str) -> Cont
         if previous is None:
             raise CampaignStateError(f"cannot {action} campaign {name!r}: it is {current.status}")
         cancelled = outbox.cancel_campaign(conn, name, actor=actor) if action == "cancel" else 0
-    return ControlResult(name, previous, status, cancelled)
+    return ControlResult(name, previous, status, cancelled, current.pause_reason)

@@ -9,6 +9,7 @@ A campaign file looks like this:
     max_attempts: 5                       # optional, 1..20
     list: newsletter                      # optional: what an unsubscribe leaves (default: name)
     transactional: false                  # optional: receipts etc. carry no unsubscribe link
+    pause_on_errors: {ratio: 0.2, over: 100, min: 20}   # optional (the default); or off
     timezone: Europe/Berlin               # optional: the zone wall times are read in
     steps:
       - id: welcome
@@ -42,6 +43,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     Strict,
@@ -63,6 +65,7 @@ from campaigns.spec_files import audience_digest, shown_path, template_digests
 from campaigns.spec_files import campaign_hash as campaign_hash  # re-exported
 from campaigns.spec_http import UrlAudience as UrlAudience
 from campaigns.spec_http import WebhookStepSpec as WebhookStepSpec
+from campaigns.spec_pause import DEFAULT_PAUSE_ON_ERRORS, PauseOnErrors, pause_setting
 from campaigns.spec_schedule import AT_ZONE_HINT, TriggerKind, ZoneName
 from campaigns.spec_schedule import ScheduleSpec as ScheduleSpec
 from campaigns.spec_schedule import WindowSpec as WindowSpec
@@ -123,6 +126,10 @@ class CampaignSpec(BaseModel):
     # no unsubscribe link and obeys only global suppression (bounces, complaints, manual).
     list_name: str | None = Field(default=None, alias="list")
     transactional: Annotated[bool, Strict()] = False
+    # When the campaign pauses itself because its sends keep failing (None: never; spec_pause).
+    pause_on_errors: Annotated[PauseOnErrors | None, BeforeValidator(pause_setting)] = (
+        DEFAULT_PAUSE_ON_ERRORS
+    )
 
     @property
     def suppression_scope(self) -> str:

@@ -32,6 +32,7 @@ class CampaignRow:
     source_path: str | None = None  # the YAML as launched (resolved path)
     trigger: str = "launch"  # launch | start_at | schedule | enrollment
     scheduler_note: str | None = None  # why the scheduler cannot fire it now
+    pause_reason: str | None = None  # why it paused itself (campaigns.error_threshold)
 
     @property
     def scheduled(self) -> bool:
@@ -48,6 +49,7 @@ _COLUMNS = (
     C.source_path,
     C.trigger,
     C.scheduler_note,
+    C.pause_reason,
 )
 
 
@@ -61,6 +63,7 @@ def _row(r: Any) -> CampaignRow:
         r.source_path,
         r.trigger or "launch",  # launched before triggers existed
         r.scheduler_note,
+        r.pause_reason,
     )
 
 
@@ -181,13 +184,16 @@ class CampaignStore:
     def set_status(
         self, conn: sa.Connection, name: str, status: str, *, allowed_from: tuple[str, ...]
     ) -> str | None:
-        """Change status if the current one allows it; returns the previous status or None."""
+        """Change status if the current one allows it; returns the previous status or None.
+
+        An operator's change ends an automatic pause, so its reason is cleared; and it moves
+        ``updated_at``, where the error threshold's window starts again."""
         current = self.get(conn, name)
         if current is None or current.status not in allowed_from:
             return None
         conn.execute(
             sa.update(campaign_table)
             .where(C.name == name, C.status == current.status)
-            .values(status=status, updated_at=db_now())
+            .values(status=status, pause_reason=None, updated_at=db_now())
         )
         return current.status

@@ -20,6 +20,7 @@ from typing import ClassVar, Generic, Self, TypeVar
 
 import sqlalchemy as sa
 
+from dispatch.failure_watch import FailureWatch
 from dispatch.instrumentation import Instrumentation
 from dispatch.states import State
 from dispatch.store import (
@@ -44,6 +45,8 @@ class CommitContext:
     lease_seconds: float
     t4_margin_seconds: float
     instrumentation: Instrumentation
+    # Told, in the batch's transaction, which jobs just failed permanently (None: nobody).
+    failure_watch: FailureWatch | None = None
 
 
 class OutboxRequest(ABC, Generic[R]):
@@ -69,6 +72,14 @@ class Complete(OutboxRequest[bool]):
     @classmethod
     def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[bool]:
         done = ctx.store.complete(conn, [r.completion for r in batch], actor=ctx.owner)
+        if ctx.failure_watch is not None:
+            failed = [
+                r.completion.lease[0]
+                for r in batch
+                if r.completion.target is State.FAILED and r.completion.lease[0] in done
+            ]
+            if failed:  # the common batch (no failure) costs nothing more
+                ctx.failure_watch.after_failures(conn, failed)
         return [r.completion.lease[0] in done for r in batch]
 
 

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatch.commit_requests import CommitContext, OutboxRequest
+from dispatch.failure_watch import FailureWatch
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.store import OutboxStore
 
@@ -63,6 +64,7 @@ class GroupCommitter:
         lease_seconds: float,
         t4_margin_seconds: float,
         instrumentation: Instrumentation = NULL_INSTRUMENTATION,
+        failure_watch: FailureWatch | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -73,6 +75,7 @@ class GroupCommitter:
             lease_seconds=lease_seconds,
             t4_margin_seconds=t4_margin_seconds,
             instrumentation=instrumentation,
+            failure_watch=failure_watch,
         )
         self.stats = CommitterStats()
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()

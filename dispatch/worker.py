@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from sqlalchemy.engine import Engine
 
 from dispatch.committer import GroupCommitter
+from dispatch.failure_watch import FailureWatch
 from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
@@ -58,10 +59,12 @@ class Worker:
         instrumentation: Instrumentation = NULL_INSTRUMENTATION,
         store: OutboxStore | None = None,
         clock: Callable[[], datetime] = utc_now,
+        failure_watch: FailureWatch | None = None,
     ) -> None:
         """``instrumentation`` watches the named points of every send (the transports take
         theirs separately); ``store`` defaults to this engine's ``OutboxStore``; ``clock``
-        (aware UTC) is what send windows are checked against."""
+        (aware UTC) is what send windows are checked against; ``failure_watch`` is told about
+        permanent failures as they are recorded (``dispatch.failure_watch``)."""
         self.config = config or WorkerConfig()
         self.clock = clock
         self.transports = transports
@@ -73,6 +76,7 @@ class Worker:
             lease_seconds=self.config.lease_seconds,
             t4_margin_seconds=self.config.t4_margin_seconds,
             instrumentation=instrumentation,
+            failure_watch=failure_watch,
         )
         self._outbox = OutboxClient(self.committer)
         self.instrumentation = instrumentation

@@ -8,7 +8,7 @@ Schema (stable; scripts and tests read it; keys are only ever added):
                     "last_occurrence",
                     "fires": {due, done, skipped}, "enrollments": {active, left, ended, done},
                     "due": {now, within_1h, within_24h, within_7d, later},
-                    "scheduler_note",
+                    "scheduler_note", "pause_reason",
                     "steps": [{"step", "total", "counts": {state: n for every state}}],
                     "totals": {state: n}}],
      "totals": {state: n}, "due": {bucket: n}, "in_doubt": n, "failed": n}
@@ -16,7 +16,8 @@ Every state and bucket appears in every mapping, zero included. Times are ISO-86
 (``next_fire_local``: the same instant in ``timezone``, the zone of a ``start_at`` or
 ``schedule`` trigger; null for the others), or null. ``trigger_ended``: for those two, whether
 the trigger will fire no more (null: not a timed trigger; false with no ``next_fire``: the
-stored definition could not be read, the next fire is unknown).
+stored definition could not be read, the next fire is unknown). ``pause_reason``: why the
+campaign paused itself (its ``pause_on_errors`` threshold), null otherwise and once resumed.
 
 ``status`` is the stored one, except that an active campaign whose work is all settled and that
 has nothing more to come shows ``completed``: every job sent, failed or cancelled (one in doubt
@@ -117,6 +118,7 @@ def status(
                 "enrollments": enrolled.counts,
                 "due": due,
                 "scheduler_note": trigger.scheduler_note,
+                "pause_reason": row.pause_reason,
                 "steps": step_docs,
                 "totals": campaign_totals,
             }

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
+from campaigns.error_threshold import ErrorThreshold
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.store import OutboxStore
 from dispatch.transport import TransportConfigError
@@ -54,14 +55,20 @@ def build_worker(
     instrumentation: Instrumentation = NULL_INSTRUMENTATION,
     store: OutboxStore | None = None,
 ) -> Worker:
-    """A worker with the email and webhook transports; ConfigError for a bad setting.
+    """A worker with the email and webhook transports; ConfigError for a bad setting. It
+    pauses campaigns whose sends keep failing (``campaigns.error_threshold``).
 
     ``instrumentation`` and ``store`` are the seams the chaos suite's worker
     (tests/chaos/worker.py) uses to add crash points or a naive store; the CLI passes neither.
     """
     transports = build_transports(smtp_url, environ, instrumentation=instrumentation)
     return Worker(
-        engine, transports, options.config(), instrumentation=instrumentation, store=store
+        engine,
+        transports,
+        options.config(),
+        instrumentation=instrumentation,
+        store=store,
+        failure_watch=ErrorThreshold(),
     )
 
 

@@ -49,6 +49,8 @@ def _control(action: Action, name: str, database_url: str) -> None:
     with errors_mapped():
         result = change_status(opened(database_url), name, action, actor=_actor("operator"))
         extra = f"; {result.cancelled_jobs} unsent job(s) cancelled" if action == "cancel" else ""
+        if result.cleared_reason:
+            extra += f" (was {result.cleared_reason})"
         out.print(f"{name}: {result.previous} → {result.status}{extra}")
 
 
@@ -60,7 +62,7 @@ def pause(campaign: str, database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> No
 
 @app.command()
 def resume(campaign: str, database_url: DatabaseUrl = DEFAULT_DATABASE_URL) -> None:
-    """Resume a paused campaign."""
+    """Resume a paused campaign (also one that paused itself: its error count starts afresh)."""
     _control("resume", campaign, database_url)
 
 

@@ -154,3 +154,9 @@ def _render_notes(console: Console, documents: list[dict[str, Any]]) -> None:
     for doc in documents:
         if doc["scheduler_note"]:
             console.print(styled(f"⚠ {doc['name']}:", "bold yellow"), doc["scheduler_note"])
+        if doc.get("pause_reason"):
+            console.print(
+                styled(f"⏸ {doc['name']}:", "bold red"),
+                doc["pause_reason"],
+                f"— fix the cause, then `herald resume {doc['name']}`",
+            )

@@ -35,6 +35,10 @@ def test_chaos_keeps_the_promise(tmp_path: Path, db_url: str) -> None:
         assert result.db_restarts == 1
 
 
+# Once, on PostgreSQL: what this proves is that the verdict (tests/chaos/verdict.py, the same
+# code for both backends) sees a duplicate when there is one. The guarded run above is what
+# must hold on each backend.
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_the_suite_catches_a_worker_without_guards(tmp_path: Path, db_url: str) -> None:
     """Same harness, T4 guard off, a pause past the lease: duplicates must be detected."""
     config = ChaosConfig(

@@ -147,7 +147,11 @@ def wait_until(done: Callable[[], bool], progress: Callable[[], object], what: s
 
 # The shortest `every:` is a minute, so "a fire every few seconds" is CAMPAIGNS schedules of
 # `every: 1m` whose starts are STAGGER seconds apart: each fires twice (its start, a minute
-# later), and the database sees a fire every STAGGER seconds for about a minute and a half.
+# later). The campaigns are registered (through the launch's clock seam) a minute before their
+# starts, and their starts lie a minute in the past when the processes start: the first fires
+# are all overdue, caught up by schedulers being killed and restarted, and the second ones
+# come due live, one every STAGGER seconds. Both kinds of fire meet the kills, and the run
+# waits for half a minute of real time instead of a minute and a half.
 CAMPAIGNS = 10
 STAGGER = 3
 FIRES_EACH = 2
@@ -223,9 +227,12 @@ def test_two_schedulers_killed_at_random_fire_each_occurrence_once(
     from herald.app.launch import launch
 
     rng = random.Random(20260329)
-    paths, expected = write_schedules(tmp_path / "campaigns", whole_seconds_after(6))
+    first = whole_seconds_after(6) - timedelta(minutes=1)  # the first fires are overdue
+    paths, expected = write_schedules(tmp_path / "campaigns", first)
+    registered = first - timedelta(minutes=1)
     for path in paths:
-        assert launch(engine, path).fanout.new_jobs == 0  # nothing is due at registration
+        # Nothing is due at registration; the catch-up is the schedulers' job.
+        assert launch(engine, path, clock=lambda: registered).fanout.new_jobs == 0
     smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
     schedulers = [
         Service(
@@ -251,7 +258,8 @@ def test_two_schedulers_killed_at_random_fire_each_occurrence_once(
             service.start()
         # Around each fire, SIGKILL a scheduler the moment the fire is decided but not yet
         # fanned out (a `due` row: a pass is inside its fan-out), or at the end of the window
-        # if that moment was missed; sometimes both at once, as a host restart would. Then
+        # if that moment was missed (at once for the overdue fires, which the restarted
+        # schedulers are catching up); sometimes both at once, as a host restart would. Then
         # restart them.
         kills, mid_fanout = 0, 0
         for campaign, fire in sorted(
