@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import re
@@ -91,7 +92,8 @@ def test_https_only_without_an_unsubscribe_domain_and_scope_defaults_to_the_camp
     links = UnsubscribeLinks(KEYS, "https://u.example.com")
     message = headers_of(compose_all(load(tmp_path), links)[1])
     value = str(message["List-Unsubscribe"])
-    assert value.startswith("<https://u.example.com/u/") and "mailto" not in value
+    assert value.startswith("<https://u.example.com/u/")
+    assert "mailto" not in value
     token = value.removeprefix("<https://u.example.com/u/").removesuffix(">")
     assert read_unsubscribe_token(KEYS, token).scope == "list:news-2026"
 
@@ -169,7 +171,8 @@ def test_settings_from_the_environment() -> None:
 
 def test_warning_for_marketing_campaigns_without_settings(tmp_path: Path) -> None:
     said = warning(load(tmp_path), {"HERALD_PUBLIC_URL": "https://u.example.com"})
-    assert said is not None and "HERALD_SIGNING_KEYS" in said
+    assert said is not None
+    assert "HERALD_SIGNING_KEYS" in said
     assert "HERALD_PUBLIC_URL" not in said
     assert warning(load(tmp_path, extra="transactional: true\n"), {}) is None
     configured = {"HERALD_SIGNING_KEYS": "k1:0123456789abcdef", "HERALD_PUBLIC_URL": "https://u.x"}
@@ -227,10 +230,8 @@ def test_a_claim_signed_with_another_key_or_spliced_is_refused(
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
 def test_arbitrary_text_is_refused_cleanly(text: str) -> None:
-    try:
+    with contextlib.suppress(BadToken):
         read_unsubscribe_token(KEYS, text)
-    except BadToken:
-        pass
 
 
 def test_a_removed_key_invalidates_its_tokens_and_a_listed_old_key_still_verifies() -> None:
