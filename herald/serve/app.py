@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from starlette.applications import Starlette
@@ -79,9 +80,17 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(
-    app: Starlette, sock: socket.socket, *, on_ready: Callable[[str, int], None] | None = None
+    app: Starlette,
+    sock: socket.socket,
+    *,
+    on_ready: Callable[[str, int], None] | None = None,
+    alongside: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
 ) -> None:
-    """Run ``app`` on the bound ``sock`` until SIGINT/SIGTERM (uvicorn handles them)."""
+    """Run ``app`` on the bound ``sock`` until SIGINT/SIGTERM (uvicorn handles them).
+
+    ``alongside``: coroutines run on the same loop while the HTTP server runs, cancelled when
+    it stops (the hook for the inbound SMTP listener of ``--smtp-port``).
+    """
     import uvicorn
 
     config = uvicorn.Config(
@@ -101,4 +110,13 @@ def serve(
             if self.started and on_ready is not None:
                 on_ready(host, port)
 
-    asyncio.run(Server(config).serve(sockets=[sock]))
+    async def run() -> None:
+        others = [asyncio.create_task(start()) for start in alongside]
+        try:
+            await Server(config).serve(sockets=[sock])
+        finally:
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
+
+    asyncio.run(run())

@@ -181,7 +181,7 @@ def test_warning_for_marketing_campaigns_without_settings(tmp_path: Path) -> Non
 
 # --- tampering, as a property -----------------------------------------------------------------
 
-texts = st.text(st.characters(exclude_characters="\x1f", exclude_categories=("Cs",)), max_size=60)
+texts = st.text(st.characters(exclude_characters="\x1f", exclude_categories=["Cs"]), max_size=60)
 
 
 @settings(max_examples=300, deadline=None)
