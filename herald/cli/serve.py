@@ -53,8 +53,9 @@ def serve(
 
         def ready(bound_host: str, bound_port: int) -> None:
             public = settings.public_url or "HERALD_PUBLIC_URL not set"
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # an IPv6 address
             err.print(
-                f"herald serve: listening on http://{bound_host}:{bound_port} "
+                f"herald serve: listening on http://{shown}:{bound_port} "
                 f"(one-click unsubscribe at /u/<token>; public URL: {public})",
                 highlight=False,
             )

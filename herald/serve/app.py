@@ -13,9 +13,10 @@ answered with a 500 by Starlette; Herald logs one line per start-up, nothing per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -109,6 +110,14 @@ def serve(
             await super().startup(sockets=sockets)
             if self.started and on_ready is not None:
                 on_ready(host, port)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn re-raises a captured SIGTERM after a graceful shutdown, so the process
+            # would end "killed by SIGTERM" (143); a stop that was asked for exits 0.
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()
 
     async def run() -> None:
         others = [asyncio.create_task(start()) for start in alongside]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -144,7 +145,7 @@ def is_one_click(content_type: str, body: bytes) -> bool:
     if kind == "multipart/form-data":
         for part in body.split(b"\r\n--"):
             head, _, value = part.partition(b"\r\n\r\n")
-            named = b'name="List-Unsubscribe"' in head
+            named = re.search(rb'(?<![a-z*])name="List-Unsubscribe"', head) is not None
             if named and value.rstrip(b"\r\n").strip() == b"One-Click":
                 return True
     return False
