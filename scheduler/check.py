@@ -42,6 +42,7 @@ from scheduler.snapshot import (
     url_audience,
 )
 from scheduler.spool import JobSpool
+from scheduler.unsubscribe_links import UnsubscribeLinks
 from templates.errors import TemplateError
 
 # Re-exported: the report types live in scheduler.check_report, which check_places uses too.
@@ -58,6 +59,7 @@ def check_campaign(
     count_duplicates: bool = True,
     spool: JobSpool | None = None,
     require_recipients: bool = True,
+    links: UnsubscribeLinks | None = None,
 ) -> CheckReport:
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
     size — the outbox's unique key makes a duplicate address a no-op anyway.
@@ -66,6 +68,7 @@ def check_campaign(
     not compose it again; the spool is marked complete when the check passes.
     ``require_recipients=False`` (a scheduled or enrollment campaign: the list of a later
     occurrence, or later enrollments, may fill it) accepts an empty audience.
+    ``links``: the unsubscribe links of marketing messages (scheduler.unsubscribe_links).
     """
     if spool is not None and count_duplicates:
         raise ValueError("a spool needs every row composed: pass count_duplicates=False")
@@ -76,7 +79,7 @@ def check_campaign(
     if not report.ok:
         return report  # before any request is made with those headers
     try:
-        steps = compile_steps(loaded)
+        steps = compile_steps(loaded, links)
     except CompileFailures as exc:
         for failure in exc.failures:
             report.add(places.step_problem(failure.step, failure.error))

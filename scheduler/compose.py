@@ -18,6 +18,13 @@ from dispatch.keys import KeyTuple, message_id
 from dispatch.store import NewJob
 from dispatch.webhook import WebhookRequest
 from scheduler.planning import Planner, recipient_zone
+from scheduler.unsubscribe_links import (
+    NOT_CONFIGURED,
+    TRANSACTIONAL,
+    UNSUBSCRIBE_URL,
+    UnsubscribeLinks,
+    missing_url,
+)
 from templates.errors import TemplateError
 from templates.json_body import JsonBodyTemplate
 from templates.mime import build_message
@@ -28,6 +35,9 @@ from templates.render import StepTemplate
 class CompiledEmail:
     spec: StepSpec
     template: StepTemplate
+    # Carried with the compiled step so every path that composes (check, fan-out, drips, new
+    # versions) gets the same links as the step, without a parameter on each of them.
+    links: UnsubscribeLinks | None = None
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,12 @@ class StepCompileError(Exception):
         self.error = error
 
 
-def compile_step(loaded: LoadedCampaign, step: StepSpec | WebhookStepSpec) -> CompiledStep:
-    """Raises TemplateError."""
+def compile_step(
+    loaded: LoadedCampaign,
+    step: StepSpec | WebhookStepSpec,
+    links: UnsubscribeLinks | None = None,
+) -> CompiledStep:
+    """Raises TemplateError. ``links``: see scheduler.unsubscribe_links (None: no headers)."""
     if isinstance(step, WebhookStepSpec):
         return CompiledWebhook(step, JsonBodyTemplate.compile(step.body, base_dir=loaded.base_dir))
     template = StepTemplate.compile(
@@ -59,16 +73,18 @@ def compile_step(loaded: LoadedCampaign, step: StepSpec | WebhookStepSpec) -> Co
         html=step.html,
         template=step.template,
     )
-    return CompiledEmail(step, template)
+    return CompiledEmail(step, template, links)
 
 
-def compile_steps(loaded: LoadedCampaign) -> list[CompiledStep]:
+def compile_steps(
+    loaded: LoadedCampaign, links: UnsubscribeLinks | None = None
+) -> list[CompiledStep]:
     """Compile every step once; collect every failure rather than stopping at the first."""
     compiled: list[CompiledStep] = []
     failures: list[StepCompileError] = []
     for step in loaded.spec.steps:
         try:
-            compiled.append(compile_step(loaded, step))
+            compiled.append(compile_step(loaded, step, links))
         except TemplateError as exc:
             failures.append(StepCompileError(step.id, exc))
     if failures:
@@ -125,6 +141,7 @@ def compose_job(
         ).to_payload()
         in_doubt_policy = step.spec.in_doubt
     else:
+        unsubscribe = _unsubscribe(loaded, step.links, mailbox, key, variables)
         payload = build_message(
             sender=spec.sender.address,
             sender_name=spec.sender.name,
@@ -134,6 +151,7 @@ def compose_job(
             content=step.template.render(variables),
             message_id=mid,
             key=key,
+            extra_headers=unsubscribe,
         )
         in_doubt_policy = "hold"  # email is never resent automatically (docs/design.md §5)
     return NewJob(
@@ -156,6 +174,28 @@ def compose_job(
         # from a list must not stop it. Everything else obeys its list's too.
         list_scope=None if spec.transactional else spec.suppression_scope,
     )
+
+
+def _unsubscribe(
+    loaded: LoadedCampaign,
+    links: UnsubscribeLinks | None,
+    mailbox: str,
+    key: str,
+    variables: dict[str, object],
+) -> dict[str, str] | None:
+    """The List-Unsubscribe headers of a marketing message, with ``unsubscribe_url`` set in
+    ``variables``; None (and ``unsubscribe_url`` left to the audience, else failing when used)
+    for a transactional campaign or without links."""
+    spec = loaded.spec
+    if spec.transactional or links is None:
+        variables.setdefault(
+            UNSUBSCRIBE_URL, missing_url(TRANSACTIONAL if spec.transactional else NOT_CONFIGURED)
+        )
+        return None
+    # The identity, not the spelling: the suppression it makes must match every spelling.
+    url = links.url(mailbox=mailbox, scope=spec.suppression_scope, campaign=spec.name)
+    variables[UNSUBSCRIBE_URL] = url  # Herald's link wins over an audience column of that name
+    return links.headers(url, key)
 
 
 def compose_broadcast(

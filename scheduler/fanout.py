@@ -37,6 +37,7 @@ from scheduler.snapshot import (
 )
 from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
+from scheduler.unsubscribe_links import UnsubscribeLinks
 from templates.errors import TemplateError
 
 MAX_PROBLEMS = 20  # rendering problems kept per fan-out
@@ -70,20 +71,22 @@ def materialise(
     composed: JobSpool | None = None,
     per_occurrence: bool = False,
     takeover_after: float | None = None,
+    links: UnsubscribeLinks | None = None,
 ) -> FanoutResult:
     """Fan out every step of one occurrence. Templates must already have passed check.
 
     ``composed``: the complete spool of a check of this very occurrence (same campaign
     definition, same ``occurrence_at``); its jobs are enqueued as they are.
     ``per_occurrence`` (a scheduled trigger): a CSV audience is snapshotted for the occurrence
-    too; ``takeover_after``: see scheduler.snapshot.ensure_snapshot.
+    too; ``takeover_after``: see scheduler.snapshot.ensure_snapshot. ``links``: the
+    unsubscribe links of marketing messages (scheduler.unsubscribe_links).
     """
     if composed is not None and not composed.complete:
         raise ValueError("fan-out from an incomplete spool: its check failed or did not finish")
     outbox = OutboxStore(engine.dialect.name)
     occurrences = OccurrenceStore(engine.dialect.name)
     result = FanoutResult()
-    steps = compile_steps(loaded)
+    steps = compile_steps(loaded, links)
     planner = Planner(loaded.spec)
     stream: Callable[[CompiledStep], Iterator[Item]]
     if composed is not None:

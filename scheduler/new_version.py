@@ -39,6 +39,7 @@ from scheduler.fanout import (
 from scheduler.planning import Planner
 from scheduler.spool import JobSpool
 from scheduler.store import OccurrenceStore
+from scheduler.unsubscribe_links import UnsubscribeLinks
 
 
 @dataclass
@@ -55,13 +56,14 @@ class NewVersionFanout:
     batch_size: int = BATCH_SIZE
     # The launch check's complete spool of this occurrence: its jobs are not composed again.
     composed: JobSpool | None = None
+    links: UnsubscribeLinks | None = None  # scheduler.unsubscribe_links
     result: FanoutResult = field(default_factory=FanoutResult)
     report: VersionReport = field(default_factory=VersionReport)
 
     def __post_init__(self) -> None:
         if self.composed is not None and not self.composed.complete:
             raise ValueError("a new version from an incomplete spool")
-        self._steps = compile_steps(self.loaded)
+        self._steps = compile_steps(self.loaded, self.links)
         self._audience: Audience | None = None
         if self.composed is None:
             self._audience = prepare_audience(self.engine, self.loaded, self.occurrence_at)

@@ -38,6 +38,7 @@ from scheduler.models import enrollment_table
 from scheduler.planning import Planner
 from scheduler.snapshot import Snapshot, iter_snapshot, url_audience
 from scheduler.store import OccurrenceStore, SnapshotStore
+from scheduler.unsubscribe_links import UnsubscribeLinks
 
 J = send_job.c
 E = enrollment_table.c
@@ -52,11 +53,12 @@ class ScheduledNewVersion:
     loaded: LoadedCampaign
     actor: str
     batch_size: int = BATCH_SIZE
+    links: UnsubscribeLinks | None = None  # scheduler.unsubscribe_links
     result: FanoutResult = field(default_factory=FanoutResult)
     report: VersionReport = field(default_factory=VersionReport)
 
     def __post_init__(self) -> None:
-        self._steps = compile_steps(self.loaded)
+        self._steps = compile_steps(self.loaded, self.links)
         self._planner = Planner(self.loaded.spec)
         self._version = 0
 

@@ -42,6 +42,7 @@ from scheduler.job_lookup import earliest_pending, has_jobs
 from scheduler.snapshot import SnapshotBusy
 from scheduler.source import reload
 from scheduler.triggers import catch_up_policy, decide, next_fire, trigger_of
+from scheduler.unsubscribe_links import UnsubscribeLinks
 from templates.errors import TemplateError
 
 # What one campaign's definition, files or audience can raise: noted on that campaign, which is
@@ -135,11 +136,13 @@ def run_pass(
     url_refresh: float = URL_REFRESH,
     takeover_after: float | None = TAKEOVER_AFTER,
     batch_size: int = BATCH_SIZE,
+    links: UnsubscribeLinks | None = None,
 ) -> PassReport:
     """One pass over every active scheduled campaign (``campaigns``: only those) at ``now``.
 
     ``takeover_after``: see scheduler.snapshot.ensure_snapshot (None: take over at once, as
-    ``herald launch`` does).
+    ``herald launch`` does). ``links``: the unsubscribe links of marketing messages
+    (scheduler.unsubscribe_links; None: none).
     """
     store = CampaignStore(engine.dialect.name)
     with engine.connect() as conn:
@@ -154,10 +157,10 @@ def run_pass(
         else:
             try:
                 if row.trigger == "enrollment":
-                    _drip_pass(engine, source.loaded, result, now, actor, state, url_refresh)
+                    _drip_pass(engine, source.loaded, result, now, actor, state, url_refresh, links)
                 else:
                     _broadcast_pass(
-                        engine, row, source.loaded, result, now, takeover_after, batch_size
+                        engine, row, source.loaded, result, now, takeover_after, batch_size, links
                     )
             except SnapshotBusy:
                 result.busy = True
@@ -181,6 +184,7 @@ def _broadcast_pass(
     now: datetime,
     takeover_after: float | None,
     batch_size: int,
+    links: UnsubscribeLinks | None,
 ) -> None:
     trigger = trigger_of(loaded.spec, row.launched_at)
     if trigger is None:
@@ -205,6 +209,7 @@ def _broadcast_pass(
                 batch_size=batch_size,
                 per_occurrence=True,
                 takeover_after=takeover_after,
+                links=links,
             )
         except CAMPAIGN_PROBLEMS as exc:
             # Retried at every pass; given up once the policy would no longer send it late,
@@ -248,8 +253,9 @@ def _drip_pass(
     actor: str,
     state: PassState | None,
     url_refresh: float,
+    links: UnsubscribeLinks | None,
 ) -> None:
-    steps = compile_steps(loaded)
+    steps = compile_steps(loaded, links)
     sync = SyncReport()
     if loaded.spec.enrollment == "audience" and _audience_due(loaded, now, state, url_refresh):
         sync = sync_audience(engine, loaded, now=now, actor=actor)

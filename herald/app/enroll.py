@@ -24,6 +24,7 @@ from herald.errors import UsageError
 from scheduler.enrollment import enroll_one, variables_text
 from scheduler.passes import CampaignPass, run_pass
 from scheduler.planning import valid_zone
+from scheduler.unsubscribe_links import UnsubscribeLinks
 
 ZONE_HINT = "use an IANA time zone name such as Europe/Berlin, America/New_York or UTC"
 ENROLLABLE = ("active", "paused")  # a paused campaign's drip starts when it is resumed
@@ -89,11 +90,13 @@ def enroll(
     timezone: str | None = None,
     clock: Clock = utc_now,
     actor: str | None = None,
+    links: UnsubscribeLinks | None = None,
 ) -> EnrollResult:
     """Enroll ``address`` ('ann@x.example' or 'Ann <ann@x.example>') into ``campaign``.
 
     Raises UsageError (exit 2) for an invalid address, ``--data`` or zone, an unknown
-    campaign, or one that takes no enrollments.
+    campaign, or one that takes no enrollments. ``links``: the unsubscribe links of the
+    step the pass materialises (herald.app.unsubscribe).
     """
     variables = parse_data(data)
     try:
@@ -125,7 +128,11 @@ def enroll(
         engine, campaign, Recipient(email, name, variables, 0), now=now, timezone=zone
     )
     passed = run_pass(
-        engine, now=now, actor=f"enroll:{actor or operator_name()}", campaigns=[campaign]
+        engine,
+        now=now,
+        actor=f"enroll:{actor or operator_name()}",
+        campaigns=[campaign],
+        links=links,
     ).get(campaign)
     return EnrollResult(
         campaign,

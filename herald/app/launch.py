@@ -33,6 +33,7 @@ from scheduler.new_version import NewVersionFanout
 from scheduler.new_version_scheduled import ScheduledNewVersion
 from scheduler.passes import CampaignPass, run_pass
 from scheduler.spool import JobSpool
+from scheduler.unsubscribe_links import UnsubscribeLinks
 
 Progress = Callable[[int], None]
 #: Opens a progress reporter labelled ``label`` (with the total, or None if unknown) for as
@@ -101,16 +102,25 @@ def load(file: Path) -> LoadedCampaign:
 
 
 def validate(
-    file: Path, *, clock: Clock = utc_now, progress: ProgressFactory = _no_progress
+    file: Path,
+    *,
+    clock: Clock = utc_now,
+    progress: ProgressFactory = _no_progress,
+    links: UnsubscribeLinks | None = None,
 ) -> Validation:
     """Parse a campaign and render every step for every recipient. Writes nothing.
 
-    Returns the report even when it has problems: showing them is the point.
+    Returns the report even when it has problems: showing them is the point. ``links``: the
+    unsubscribe links marketing messages carry (herald.app.unsubscribe; None: none).
     """
     loaded = load(file)
     with progress("rendering", None) as tick:
         report = check_campaign(
-            loaded, clock(), progress=tick, require_recipients=needs_recipients(loaded)
+            loaded,
+            clock(),
+            progress=tick,
+            require_recipients=needs_recipients(loaded),
+            links=links,
         )
     return Validation(loaded, report)
 
@@ -130,10 +140,12 @@ def launch(
     force_new_version: bool = False,
     actor: str | None = None,
     progress: ProgressFactory = _no_progress,
+    links: UnsubscribeLinks | None = None,
 ) -> LaunchResult:
     """Check, store the campaign and fan out its send jobs (idempotent).
 
-    ``campaign``: its file, or the campaign already loaded (``load``).
+    ``campaign``: its file, or the campaign already loaded (``load``). ``links``: the
+    unsubscribe links marketing messages carry (herald.app.unsubscribe; None: none).
 
     Raises CheckFailed (with the report) when any message fails to render; CampaignConflict
     for a changed definition without ``force_new_version``.
@@ -147,6 +159,7 @@ def launch(
             force_new_version=force_new_version,
             actor=f"launch:{actor or operator_name()}",
             progress=progress,
+            links=links,
         )
     now = clock()
     with engine.connect() as conn:
@@ -162,6 +175,7 @@ def launch(
                 engine=engine,
                 count_duplicates=False,
                 spool=spool,
+                links=links,
             )
         if not report.ok:
             raise CheckFailed(report)
@@ -173,6 +187,7 @@ def launch(
                 occurrence_at,
                 actor=f"launch:{actor or operator_name()}",
                 composed=spool,
+                links=links,
             )
             if force_new_version
             else None
@@ -198,7 +213,9 @@ def launch(
         # another occurrence and fan-out composes for the stored one itself.
         composed = spool if launched_at == occurrence_at else None
         with progress("enqueueing", report.messages) as tick:
-            result = materialise(engine, loaded, launched_at, progress=tick, composed=composed)
+            result = materialise(
+                engine, loaded, launched_at, progress=tick, composed=composed, links=links
+            )
     return LaunchResult(
         loaded, report, registration.campaign.version, registration.created, result, 0
     )
@@ -212,6 +229,7 @@ def _launch_scheduled(
     force_new_version: bool,
     actor: str,
     progress: ProgressFactory,
+    links: UnsubscribeLinks | None,
 ) -> LaunchResult:
     """Check, register, and run the campaign's first scheduler pass now."""
     with progress("checking", None) as tick:
@@ -222,10 +240,13 @@ def _launch_scheduled(
             progress=tick,
             count_duplicates=False,
             require_recipients=needs_recipients(loaded),
+            links=links,
         )
     if not report.ok:
         raise CheckFailed(report)
-    new_version = ScheduledNewVersion(engine, loaded, actor=actor) if force_new_version else None
+    new_version = (
+        ScheduledNewVersion(engine, loaded, actor=actor, links=links) if force_new_version else None
+    )
     registration = register(
         engine,
         loaded,
@@ -237,7 +258,12 @@ def _launch_scheduled(
     if registration.new_version and new_version is not None:
         superseded = new_version.report.cancelled + new_version.report.marked
     passed = run_pass(
-        engine, now=now, actor=actor, campaigns=[loaded.spec.name], takeover_after=None
+        engine,
+        now=now,
+        actor=actor,
+        campaigns=[loaded.spec.name],
+        takeover_after=None,
+        links=links,
     ).get(loaded.spec.name)
     fanout = FanoutResult()
     if passed is not None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from scheduler.check import CheckReport
     from scheduler.planning import Planned, Planner
     from scheduler.timing import Trigger
+    from scheduler.unsubscribe_links import UnsubscribeLinks
 
 #: What a drip's plan calls its one "fire": everyone enrolled at ``now``.
 ENROLLED_NOW = "if enrolled now"
@@ -306,6 +307,7 @@ def plan(
     count: int = 10,
     clock: Clock = utc_now,
     progress: ProgressFactory | None = None,
+    links: UnsubscribeLinks | None = None,
 ) -> Plan:
     """Check the campaign as ``validate`` does (every message rendered), then plan its next
     ``count`` fires. Writes nothing. When the check finds problems the plan has no fires: show
@@ -321,7 +323,7 @@ def plan(
         # As validate and launch check it: a schedule's audience may be empty today (a later
         # occurrence's list, or later enrollments, fill it).
         report = check_campaign(
-            loaded, now, progress=tick, require_recipients=needs_recipients(loaded)
+            loaded, now, progress=tick, require_recipients=needs_recipients(loaded), links=links
         )
     fires: list[PlannedFire] = []
     zones = AudienceZones()

@@ -31,6 +31,8 @@ from herald.app.common import Clock, utc_now
 if TYPE_CHECKING:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+    from scheduler.unsubscribe_links import UnsubscribeLinks
+
 TICK_JOB = "herald:tick"
 WAKE_JOB = "herald:wake"
 STARTED = "scheduler running"
@@ -157,7 +159,8 @@ class SchedulerService:
     """The ``herald scheduler`` loop: a pass, arm the wake, sleep until a ring, again.
 
     ``run_pass``/``next_wake`` default to the scheduler package's; tests pass stand-ins.
-    ``clock`` is the one source of ``now`` for every pass.
+    ``clock`` is the one source of ``now`` for every pass. ``links``: the unsubscribe links
+    of the marketing messages it composes (herald.app.unsubscribe).
     """
 
     def __init__(
@@ -170,12 +173,13 @@ class SchedulerService:
         run_pass: PassFunction | None = None,
         next_wake: WakeFunction | None = None,
         say: Say = _quiet,
+        links: UnsubscribeLinks | None = None,
     ) -> None:
         self.engine = engine
         self.options = options or SchedulerOptions()
         self.clock = clock
         self.actor = actor or default_actor()
-        self.run_pass, self.next_wake = _pass_functions(run_pass, next_wake)
+        self.run_pass, self.next_wake = _pass_functions(run_pass, next_wake, links)
         self.say = say
         self.timer = WakeTimer(self.options.tick, self.options.jitter)
         self.totals = SchedulerTotals()
@@ -265,12 +269,14 @@ def _first_line(exc: SQLAlchemyError) -> str:
 
 
 def _pass_functions(
-    run_pass: PassFunction | None, next_wake: WakeFunction | None
+    run_pass: PassFunction | None,
+    next_wake: WakeFunction | None,
+    links: UnsubscribeLinks | None = None,
 ) -> tuple[PassFunction, WakeFunction]:
     if run_pass is None:
         from herald.app.scheduler_pass import ScheduledPass
 
-        run_pass = ScheduledPass()
+        run_pass = ScheduledPass(links=links)
     if next_wake is None:
         from scheduler.passes import next_wake as wake_of_database
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 
 if TYPE_CHECKING:
     from scheduler.passes import CampaignPass, PassReport
+    from scheduler.unsubscribe_links import UnsubscribeLinks
 
 
 WAITING = "waiting: another scheduler is reading its audience (taken over if it stops)"
@@ -45,6 +46,7 @@ class ScheduledPass:
     """``run_pass`` for a process that runs many passes (``herald scheduler``, ``herald run``)."""
 
     notes: dict[str, str | None] = field(default_factory=dict)  # last note seen per campaign
+    links: UnsubscribeLinks | None = None  # herald.app.unsubscribe.links_from_env()
 
     def __post_init__(self) -> None:
         from scheduler.passes import PassState
@@ -54,7 +56,7 @@ class ScheduledPass:
     def __call__(self, engine: Engine, *, now: datetime, actor: str) -> PassSummary:
         from scheduler.passes import run_pass
 
-        report = run_pass(engine, now=now, actor=actor, state=self.state)
+        report = run_pass(engine, now=now, actor=actor, state=self.state, links=self.links)
         parts = []
         for campaign in report.campaigns:
             said = describe(campaign, self._note_change(campaign))

@@ -13,13 +13,19 @@ Exit codes: 0 success, 1 operational failure, 2 invalid input. Errors are printe
 from __future__ import annotations
 
 # In the order `herald --help` lists them.
+<<<<<<< HEAD
 from herald.cli import launch, enroll, plan, worker, scheduler, status, operator  # isort: skip
 from herald.cli import suppress, sink, db, audience  # isort: skip
+=======
+from herald.cli import launch, enroll, plan, worker, scheduler, status, operator, sink, db, audience  # isort: skip
+from herald.cli import serve  # isort: skip
+>>>>>>> i10-unsub
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
 # Each module registered its commands when imported above; named here so none is dropped.
 COMMAND_MODULES = (
+<<<<<<< HEAD
     launch,
     enroll,
     plan,
@@ -31,6 +37,10 @@ COMMAND_MODULES = (
     audience,
     db,
     sink,
+=======
+    *(launch, enroll, plan, worker, scheduler, status, operator, audience, db, sink),
+    serve,
+>>>>>>> i10-unsub
 )
 
 

@@ -33,10 +33,12 @@ def enroll(
 ) -> None:
     """Enroll a recipient: their drip's steps count from now. Enrolling twice is a no-op."""
     from herald.app.enroll import enroll as enroll_recipient
+    from herald.app.unsubscribe import links_from_env
 
     with errors_mapped():
+        links = links_from_env()
         result = enroll_recipient(
-            opened(database_url), campaign, address, data=data, timezone=timezone
+            opened(database_url), campaign, address, data=data, timezone=timezone, links=links
         )
         if as_json:
             out.print_json(json.dumps(result.summary()))

@@ -24,6 +24,7 @@ from herald.defaults import DEFAULT_DATABASE_URL
 from herald.output import err, out, styled
 
 if TYPE_CHECKING:
+    from campaigns.spec import LoadedCampaign
     from scheduler.check import CheckReport
     from scheduler.passes import CampaignPass
 
@@ -34,9 +35,13 @@ CampaignFile = Annotated[Path, typer.Argument(help="The campaign YAML file.")]
 def validate(file: CampaignFile, as_json: JsonFlag = False, now: NowOption = None) -> None:
     """Parse a campaign and render every step for every recipient. Writes nothing."""
     from herald.app.launch import validate as validate_campaign
+    from herald.app.unsubscribe import links_from_env
 
     with errors_mapped():
-        result = validate_campaign(file, clock=clock_option(now), progress=progress_bar)
+        result = validate_campaign(
+            file, clock=clock_option(now), progress=progress_bar, links=links_from_env()
+        )
+        warn_unsubscribe(result.loaded)
         report = result.report
         print_check(report, as_json)
         if not report.ok:
@@ -66,15 +71,19 @@ def launch(
     """Validate, store the campaign and fan out its send jobs (idempotent)."""
     from herald.app.launch import CheckFailed, load
     from herald.app.launch import launch as launch_campaign
+    from herald.app.unsubscribe import links_from_env
 
     with errors_mapped():
         loaded = load(file)  # a wrong file is reported before any database is opened
+        links = links_from_env()
+        warn_unsubscribe(loaded)
         try:
             result = launch_campaign(
                 opened(database_url),
                 loaded,
                 force_new_version=force_new_version,
                 progress=progress_bar,
+                links=links,
             )
         except CheckFailed as exc:
             print_check(exc.report, as_json=False)
@@ -94,6 +103,15 @@ def launch(
             spec = result.loaded.spec
             zone_name = spec.schedule.zone_name if spec.schedule is not None else spec.zone_name
             print_scheduled(result.scheduled, zone_name)
+
+
+def warn_unsubscribe(loaded: LoadedCampaign) -> None:
+    """On stderr: a marketing campaign whose messages will carry no List-Unsubscribe."""
+    from herald.app.unsubscribe import warning
+
+    said = warning(loaded)
+    if said is not None:
+        err.print(styled("warning:", "yellow"), said)
 
 
 def _moment(at: datetime, zone_name: str) -> str:

@@ -54,11 +54,14 @@ def schedule(
 ) -> None:
     """The next fires and, per step, how many messages fall due when. Writes nothing."""
     from herald.app.plan import plan as plan_campaign
+    from herald.app.unsubscribe import links_from_env
     from herald.cli.launch import print_check
 
     with errors_mapped():
         clock = clock_option(now)
-        result = plan_campaign(file, count=count, clock=clock, progress=progress_bar)
+        result = plan_campaign(
+            file, count=count, clock=clock, progress=progress_bar, links=links_from_env()
+        )
         if not result.report.ok:
             print_check(result.report, as_json=False)
             fail(f"{result.report.problem_count} problem(s) in the campaign", code=2)

@@ -110,9 +110,11 @@ def run(
 
 def _service(database_url: str, tick: float) -> SchedulerService:
     from herald.app.scheduler import SchedulerOptions, SchedulerService
+    from herald.app.unsubscribe import links_from_env
 
+    links = links_from_env()  # a malformed setting stops here, before any pass
     return SchedulerService(
-        opened(database_url), options=SchedulerOptions(tick=tick), say=_say_pass
+        opened(database_url), options=SchedulerOptions(tick=tick), say=_say_pass, links=links
     )
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 import scheduler.passes
 from herald.app.scheduler_pass import ScheduledPass, describe
 from scheduler.passes import CampaignPass, PassReport, PassState
+from scheduler.unsubscribe_links import UnsubscribeLinks
 
 NOW = datetime(2026, 3, 30, 7, 0, 5, tzinfo=UTC)
 MONDAY = datetime(2026, 3, 30, 7, 0, tzinfo=UTC)
@@ -61,7 +62,12 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
     states: list[PassState | None] = []
 
     def run_pass(
-        engine: Engine, *, now: datetime, actor: str, state: PassState | None = None
+        engine: Engine,
+        *,
+        now: datetime,
+        actor: str,
+        state: PassState | None = None,
+        links: UnsubscribeLinks | None = None,
     ) -> PassReport:
         states.append(state)
         return PassReport(now, [CampaignPass("digest", "schedule", note=next(notes))])
@@ -86,7 +92,12 @@ def test_a_campaign_another_scheduler_is_reading_is_shown_but_is_not_work_done(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def run_pass(
-        engine: Engine, *, now: datetime, actor: str, state: PassState | None = None
+        engine: Engine,
+        *,
+        now: datetime,
+        actor: str,
+        state: PassState | None = None,
+        links: UnsubscribeLinks | None = None,
     ) -> PassReport:
         return PassReport(now, [CampaignPass("big", "start_at", busy=True, note="ignored")])
 
