@@ -94,7 +94,8 @@ def test_json_carries_the_exact_bytes_and_html_writes_the_html_part(tmp_path: Pa
     assert document["recipient"] == {"email": addresses[0], "where": "line 2"}
     [message] = document["messages"]
     raw = message["message"]
-    assert "\r\n" in raw and raw.count("\n") == raw.count("\r\n")
+    assert "\r\n" in raw
+    assert raw.count("\n") == raw.count("\r\n")
     assert message["date"] == date_value(MOMENT)
     assert f"Date: {message['date']}\r\n" in raw
     assert out_file.read_text() == "<p>Hello <b>User 0</b> from City0.</p>\n"
@@ -117,7 +118,8 @@ def test_hostile_recipient_and_unknown_step_are_clear_errors(tmp_path: Path) -> 
         result = invoke("preview", str(path), "--recipient", hostile)
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith("error: --recipient ")
-        assert "\r" not in result.stderr and "\nBcc" not in result.stderr
+        assert "\r" not in result.stderr
+        assert "\nBcc" not in result.stderr
         assert result.stdout == ""
     shown = invoke("preview", str(path), "--recipient", "[red]x[/red]@b.example")
     assert "[red]x[/red]" in shown.stderr  # printed literally, never read as markup
@@ -130,9 +132,11 @@ def test_hostile_recipient_and_unknown_step_are_clear_errors(tmp_path: Path) -> 
 def test_html_needs_one_step_with_an_html_part(tmp_path: Path) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=1)
     several = invoke("preview", str(path), "--html", str(tmp_path / "x.html"))
-    assert several.exit_code == 2 and "--step" in several.stderr
+    assert several.exit_code == 2
+    assert "--step" in several.stderr
     text_only = invoke("preview", str(path), "--step", "tips", "--html", str(tmp_path / "x.html"))
-    assert text_only.exit_code == 2 and "has no HTML part" in text_only.stderr
+    assert text_only.exit_code == 2
+    assert "has no HTML part" in text_only.stderr
     assert not (tmp_path / "x.html").exists()
 
 
@@ -181,7 +185,9 @@ PROPERTY_BODY = """\
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    rows=st.lists(st.tuples(_local, _text, _text), min_size=1, max_size=4, unique_by=lambda r: r[0]),
+    rows=st.lists(
+        st.tuples(_local, _text, _text), min_size=1, max_size=4, unique_by=lambda r: r[0]
+    ),
     pick=st.integers(min_value=0, max_value=3),
     upper=st.booleans(),
 )
