@@ -215,10 +215,15 @@ async def _send_one(
 def _failed(
     step: str, outcome: Outcome, sent: list[SentTest], *, delivered: bool
 ) -> SendTestFailed:
-    fate = "the relay may or may not have taken it" if delivered else "it was not sent"
+    if delivered:
+        what = f"the relay may or may not have taken step {step}: {outcome.text}"
+    elif outcome.code is None:
+        what = f"could not reach the relay (step {step} not sent): {outcome.text}"
+    else:
+        what = f"the relay refused step {step}: {outcome.code} {outcome.text}"
     earlier = f" ({len(sent)} earlier step(s) were sent)" if sent else ""
     return SendTestFailed(
-        f"test-send of step {step}: {outcome.text}; {fate}{earlier}",
+        f"test-send: {what}{earlier}",
         sent=sent,
         hint="check HERALD_SMTP_URL / --smtp-url and that the relay is running",
     )
