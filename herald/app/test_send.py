@@ -109,8 +109,10 @@ def compose_tests(
         if not isinstance(each, CompiledEmail):
             skipped.append(each.spec.id)
             continue
-        test_step = CompiledEmail(
-            each.spec.model_copy(update={"id": TEST_STEP_PREFIX + each.spec.id}), each.template
+        # replace(), not a new CompiledEmail: whatever else compilation attached to the step
+        # (its template, and anything composition reads from it) comes along unchanged.
+        test_step = replace(
+            each, spec=each.spec.model_copy(update={"id": TEST_STEP_PREFIX + each.spec.id})
         )
         try:
             job = compose_job(loaded, test_step, target, now)
