@@ -26,6 +26,7 @@ from sqlalchemy.engine import Engine
 from dispatch.message_date import date_value
 from herald.app.launch import launch
 from herald.app.preview import preview
+from scheduler.passes import run_pass
 from tests.support.campaign_files import write_campaign
 from tests.support.factories import invoke
 from tests.support.paths import HERALD
@@ -249,3 +250,34 @@ def test_preview_bytes_equal_launchs_payload(
     # The Date each would be stamped with: when it falls due (the first at once).
     assert first.date_at == first.due == MOMENT
     assert second.date_at == second.due == MOMENT + timedelta(days=1)
+
+
+SCHEDULED = """\
+name: later-once
+from: "Herald Tests <news@herald.test>"
+audience: people.csv
+start_at: 2026-12-08T08:00:00Z
+steps:
+  - id: only
+    subject: "Hi {{ name }}"
+    html: "<p>{{ city }}</p>"
+"""
+
+
+def test_a_scheduled_campaign_previews_the_occurrence_the_scheduler_fires(
+    engine: Engine, tmp_path: Path
+) -> None:
+    path, addresses = write_campaign(tmp_path, recipients=2)
+    path.write_text(SCHEDULED)
+    shown = preview(path, recipient=addresses[1], clock=lambda: MOMENT)
+    fire = datetime(2026, 12, 8, 8, 0, tzinfo=UTC)
+    assert shown.occurrence_at == fire
+    launch(engine, path, clock=lambda: MOMENT)  # registered; nothing due yet
+    run_pass(engine, now=fire + timedelta(minutes=1), actor="test", takeover_after=None)
+    [message] = shown.messages
+    with engine.connect() as conn:
+        payload = conn.execute(
+            sa.text("select payload from send_job where key = :k"), {"k": message.key}
+        ).scalar_one()
+    date_line = f"Date: {date_value(fire)}\r\n".encode()
+    assert message.message.replace(date_line, b"", 1) == bytes(payload)

@@ -7,12 +7,20 @@ from __future__ import annotations
 import email
 import email.policy
 import socket
+import tempfile
+from datetime import UTC, datetime
 from email.message import EmailMessage
 from pathlib import Path
 
 import sqlalchemy as sa
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
+from campaigns.addresses import normalise_address
+from herald.app.launch import load
+from herald.app.test_send import compose_tests
+from herald.errors import UsageError
 from tests.support.campaign_files import write_campaign
 from tests.support.factories import invoke, launch_json
 from tests.support.smtp_server import LedgerSMTPServer, read_ledger_entries
@@ -150,3 +158,42 @@ def test_webhook_steps_are_skipped_and_said_so(
     only_hook = invoke("test-send", str(path), "--to", ME, "--step", "hook", "--smtp-url", url)
     assert only_hook.exit_code == 2
     assert "webhook step" in only_hook.stderr
+
+
+_PIECE = st.one_of(
+    st.characters(exclude_categories=["Cs"]),
+    st.sampled_from(list('@.<>"\\\r\n\t ,;:[]()')),
+    st.sampled_from(["me@tester.example", "Bcc: x@evil.example", "=?utf-8?q?a?=", "[red]", "é"]),
+)
+HOSTILE_ADDRESS = st.lists(_PIECE, min_size=1, max_size=12).map("".join)
+PLAUSIBLE_ADDRESS = st.from_regex(
+    r" ?[A-Za-z0-9._%+=-]{1,10}@[A-Za-z]{1,8}\.example ?", fullmatch=True
+)
+_FOLDER = Path(tempfile.mkdtemp(prefix="herald-test-send-"))
+_PATH, _ADDRESSES = write_campaign(_FOLDER, recipients=2)
+_LOADED = load(_PATH)
+_HEADERS = {
+    "From", "To", "Subject", "Message-ID", "MIME-Version", "X-Herald-Key",
+    "X-Herald-Test-Send", "Content-Type", "Content-Transfer-Encoding",
+}  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(to=st.one_of(HOSTILE_ADDRESS, PLAUSIBLE_ADDRESS))
+def test_any_to_is_refused_or_becomes_exactly_one_recipient(to: str) -> None:
+    try:
+        jobs, _, _ = compose_tests(_LOADED, to, now=datetime(2026, 12, 7, tzinfo=UTC))
+    except UsageError as exc:
+        # Refused as an address, or by the header rules every message is built under.
+        assert exc.message.startswith(("--to ", "step welcome: invalid email address"))
+        assert exc.exit_code == 2
+        return
+    address = normalise_address(to)
+    event("accepted")
+    assert [job.recipient for job in jobs] == [address] * 3
+    for job in jobs:
+        message = _parsed(job.payload)
+        assert set(message.keys()) <= _HEADERS  # nothing injected, in any step
+        assert len(message.get_all("To") or []) == 1
+        [mailbox] = message["To"].addresses
+        assert mailbox.addr_spec == address
