@@ -13,19 +13,8 @@ Exit codes: 0 success, 1 operational failure, 2 invalid input. Errors are printe
 from __future__ import annotations
 
 # In the order `herald --help` lists them.
-from herald.cli import (
-    audience,
-    db,
-    enroll,
-    launch,
-    operator,
-    plan,
-    preview,
-    scheduler,
-    sink,
-    status,
-    worker,
-)  # isort: skip
+from herald.cli import launch, preview, enroll, plan, worker, scheduler  # isort: skip
+from herald.cli import status, operator, sink, db, audience  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
