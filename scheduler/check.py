@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 from campaigns.audience import MailboxDeduper, Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from dispatch.egress import EgressDenied, EgressPolicy, check_url
+from dispatch.store import NewJob
 from scheduler.check_places import SpecPlaces
 from scheduler.check_places import check_header_variables as _check_header_variables
 from scheduler.check_report import MAX_LISTED_PROBLEMS, CheckReport, Problem
@@ -60,6 +61,8 @@ def check_campaign(
     spool: JobSpool | None = None,
     require_recipients: bool = True,
     links: UnsubscribeLinks | None = None,
+    only: Callable[[Recipient], bool] | None = None,
+    on_job: Callable[[NewJob], None] | None = None,
 ) -> CheckReport:
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
     size — the outbox's unique key makes a duplicate address a no-op anyway.
@@ -102,7 +105,11 @@ def check_campaign(
             else:
                 report.reject(problem)
             continue
+        if only is not None and not only(item):
+            continue
         report.recipients += 1
+        if report.first_recipient is None:
+            report.first_recipient = item
         if count_duplicates:
             first = seen.first_row_of(item)
             if first is not None:
@@ -119,6 +126,8 @@ def check_campaign(
                 report.add(places.step_problem(step.spec.id, exc, where=where, file=data_file))
                 continue
             report.messages += 1
+            if on_job is not None:
+                on_job(job)
             if spool is not None and report.ok:  # a failed check's jobs are never sent
                 spool.add_job(position, job)
         if progress is not None:

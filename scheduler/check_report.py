@@ -7,6 +7,10 @@ the one finding them share the types without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from campaigns.audience import Recipient
 
 MAX_LISTED_PROBLEMS = 1000  # beyond this we count, so a broken 1M-row file stays readable
 
@@ -55,6 +59,8 @@ class CheckReport:
     # Rows a `strict: false` URL audience rejected: recorded, skipped, not a failure.
     rejects: list[Problem] = field(default_factory=list)
     rejected: int = 0
+    # The first usable row checked: validate's warnings render its parts once more.
+    first_recipient: Recipient | None = None
 
     @property
     def ok(self) -> bool:

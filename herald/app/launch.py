@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -57,6 +57,8 @@ class CheckFailed(UsageError):
 class Validation:
     loaded: LoadedCampaign
     report: CheckReport
+    # Mistakes that render but lose content (herald.app.validate_warnings); never a failure.
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,9 @@ def validate(
             require_recipients=needs_recipients(loaded),
             links=links,
         )
-    return Validation(loaded, report)
+    from herald.app.validate_warnings import campaign_warnings
+
+    return Validation(loaded, report, campaign_warnings(loaded, report))
 
 
 def needs_recipients(loaded: LoadedCampaign) -> bool:

@@ -13,20 +13,16 @@ Exit codes: 0 success, 1 operational failure, 2 invalid input. Errors are printe
 from __future__ import annotations
 
 # In the order `herald --help` lists them.
-<<<<<<< HEAD
-from herald.cli import launch, enroll, plan, worker, scheduler, status, operator  # isort: skip
-from herald.cli import suppress, sink, db, audience  # isort: skip
-=======
-from herald.cli import launch, enroll, plan, worker, scheduler, status, operator, sink, db, audience  # isort: skip
-from herald.cli import serve  # isort: skip
->>>>>>> i10-unsub
+from herald.cli import launch, preview, enroll, plan, worker, scheduler  # isort: skip
+from herald.cli import status, operator, suppress, serve, audience, db  # isort: skip
+from herald.cli import sink  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
 # Each module registered its commands when imported above; named here so none is dropped.
 COMMAND_MODULES = (
-<<<<<<< HEAD
     launch,
+    preview,
     enroll,
     plan,
     worker,
@@ -34,13 +30,10 @@ COMMAND_MODULES = (
     status,
     operator,
     suppress,
+    serve,
     audience,
     db,
     sink,
-=======
-    *(launch, enroll, plan, worker, scheduler, status, operator, audience, db, sink),
-    serve,
->>>>>>> i10-unsub
 )
 
 

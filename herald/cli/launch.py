@@ -43,7 +43,7 @@ def validate(file: CampaignFile, as_json: JsonFlag = False, now: NowOption = Non
         )
         warn_unsubscribe(result.loaded)
         report = result.report
-        print_check(report, as_json)
+        print_check(report, as_json, warnings=result.warnings)
         if not report.ok:
             fail(f"{report.problem_count} problem(s); nothing was launched", code=2)
         if not as_json:
@@ -139,7 +139,9 @@ def print_scheduled(passed: CampaignPass, zone_name: str = "UTC") -> None:
         err.print(styled("note:", "yellow"), passed.note)
 
 
-def print_check(report: CheckReport, as_json: bool) -> None:
+def print_check(report: CheckReport, as_json: bool, *, warnings: list[str] | None = None) -> None:
+    """The check's problems and notes; ``warnings`` (validate's) on stderr, or as the JSON
+    document's ``warnings`` (a list of strings; the key is only present for validate)."""
     if as_json:
         payload = {
             "ok": report.ok,
@@ -162,8 +164,12 @@ def print_check(report: CheckReport, as_json: bool) -> None:
                 for p in report.problems
             ],
         }
+        if warnings is not None:
+            payload["warnings"] = warnings
         out.print_json(json.dumps(payload))
         return
+    for warning in warnings or []:
+        err.print(styled("warning:", "yellow"), warning)
     for p in report.problems:
         err.print(styled(str(p), "red"))
     if report.problem_count > len(report.problems):
