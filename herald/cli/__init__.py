@@ -14,11 +14,24 @@ from __future__ import annotations
 
 # In the order `herald --help` lists them.
 from herald.cli import launch, enroll, plan, worker, scheduler, status, operator, sink, db, audience  # isort: skip
+from herald.cli import dkim  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
 # Each module registered its commands when imported above; named here so none is dropped.
-COMMAND_MODULES = (launch, enroll, plan, worker, scheduler, status, operator, audience, db, sink)
+COMMAND_MODULES = (
+    launch,
+    enroll,
+    plan,
+    worker,
+    scheduler,
+    status,
+    operator,
+    audience,
+    db,
+    sink,
+    dkim,
+)
 
 
 def main() -> None:

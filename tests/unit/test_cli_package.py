@@ -23,7 +23,7 @@ COMMANDS = [
     "plan",
     "simulate",
 ]
-GROUPS = ["in-doubt", "dead", "audience", "db"]
+GROUPS = ["in-doubt", "dead", "audience", "db", "dkim"]
 
 
 def run_python(code: str) -> str:
