@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 
 from dispatch.signed_tokens import SigningKeys, read_address_token
+from tests.support.campaign_files import write_campaign
 from tests.support.dkim_dns import resolver, signature_count, signed_headers, verifies
 from tests.support.factories import launch, write_yaml
 from tests.support.mail_reading import parse
@@ -51,25 +52,30 @@ def keygen(tmp_path: Path, selector: str, algorithm: str) -> tuple[Path, dict[st
     return out, {record["name"]: "".join(record["strings"])}
 
 
-def worker(
-    db_url: str, server: LedgerSMTPServer, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    command = [
+def worker_command(db_url: str, server: LedgerSMTPServer) -> list[str]:
+    return [
         str(HERALD), "worker", "--until-idle", "--json", "--poll", "0.05",
         "--database-url", db_url, "--smtp-url", f"smtp://{server.host}:{server.port}",
     ]  # fmt: skip
+
+
+def worker(
+    db_url: str, server: LedgerSMTPServer, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    command = worker_command(db_url, server)
+    environment = {**os.environ, **env}
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, **env},
-    )  # fmt: skip
+        command, capture_output=True, text=True, timeout=120, check=False, env=environment
+    )
 
 
-def test_keys_from_keygen_sign_everything_a_worker_process_sends(
+def test_keys_from_keygen_sign_everything_two_worker_processes_send(
     tmp_path: Path, engine: Engine, db_url: str, smtp_server: LedgerSMTPServer
 ) -> None:
     rsa_file, rsa_dns = keygen(tmp_path, "r1", "rsa")
     ed_file, ed_dns = keygen(tmp_path, "e1", "ed25519")
     assert launch(engine, write_yaml(tmp_path / "c", CAMPAIGN)).new_jobs == 8
+    assert launch(engine, write_campaign(tmp_path / "more", recipients=20)[0]).new_jobs == 60
     env = {
         "HERALD_DKIM_DOMAIN": "mail.herald.test",
         "HERALD_DKIM_SELECTOR": "r1",
@@ -80,13 +86,26 @@ def test_keys_from_keygen_sign_everything_a_worker_process_sends(
         "HERALD_BOUNCE_DOMAIN": "b.herald.test",
     }
 
-    done = worker(db_url, smtp_server, env)
+    workers = [
+        subprocess.Popen(
+            worker_command(db_url, smtp_server),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+        for _ in range(2)
+    ]
+    sent = 0
+    for process in workers:
+        stdout, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0, stderr
+        sent += json.loads(stdout)["sent"]
 
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["sent"] == 8
+    assert sent == 68
     dns = resolver({**rsa_dns, **ed_dns})
     received = smtp_server.received()
-    assert len(received) == 8
+    assert len(received) == 68
     keys = SigningKeys.parse(SIGNING_KEYS)
     for mail_from, raw in received:
         assert signature_count(raw) == 2
