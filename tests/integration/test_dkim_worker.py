@@ -222,6 +222,28 @@ def test_without_dkim_settings_messages_go_out_unsigned_from_their_sender(
     assert signature_count(raw) == 0
 
 
+def test_a_payload_that_cannot_be_signed_fails_its_job_without_sending_anything(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    # Not something Herald renders: a stored payload whose header block is not RFC 5322.
+    broken = dataclasses.replace(
+        new_job(key_of("unsignable"), due=datetime.now(UTC)),
+        payload=b"From: news@herald.test\r\nthis is not a header\r\n\r\nbody\r\n",
+    )
+    fine = with_unsubscribe(new_job(key_of("fine"), due=datetime.now(UTC)), 2)
+    enqueue(engine, [broken, fine])
+    worker = build_worker(engine, smtp_url(smtp_server), OPTIONS, environ=environment(tmp_path))
+
+    report = asyncio.run(worker.run())
+
+    assert (report.sent, report.failed) == (1, 1)
+    row = jobs_by_message_id(engine)[broken.message_id]
+    assert row.state == "failed"
+    assert row.outcome_text.startswith("cannot sign: MessageFormatError")
+    assert [mid for _, mid in smtp_server.data_senders()] == [fine.message_id]
+    assert_every_message_verifies(smtp_server, engine)
+
+
 # ---------------------------------------------------------------------- settings
 
 
