@@ -203,9 +203,6 @@ class DkimSigner:
         signatures = [_sign_parsed(parsed, body_hash, key, at) for key in self.keys]
         return b"".join(signatures) + wire
 
-    def describe(self) -> str:
-        return ", ".join(f"{k.algorithm} {k.dns_name}" for k in self.keys)
-
 
 _POLICY = CanonicalizationPolicy.from_c_value(_CANONICALIZE)
 

@@ -6,6 +6,11 @@ failure here is a clean pre-DATA outcome (T6). ``deliver`` = DATA: a 250 means s
 reply is definitive, and anything else (timeout, disconnect, cancellation) leaves the outcome
 unknown — the connection is then closed and never reused, since a late reply would otherwise
 be read as the answer to the next command.
+
+The bytes DATA sends are fixed once T4 has given the attempt its ``Date``: the stored payload,
+that Date, CRLF line endings, then the DKIM signatures (``dispatch.dkim_signing``) over exactly
+those bytes (``final_bytes``). With a bounce domain, MAIL FROM is the job's VERP return path
+(``dispatch.return_path``).
 """
 
 from __future__ import annotations
