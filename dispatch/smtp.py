@@ -271,7 +271,8 @@ class SmtpTransport:
         last: nothing may change a signed byte after it, and aiosmtplib's ``data()`` sends
         bytes as given (it only normalises line endings, which ``wire_form`` already did).
         """
-        message = wire_form(with_date(envelope.payload, started_at))
+        # CRLF first: the Date goes into the header block, which is found by its CRLF CRLF end.
+        message = with_date(wire_form(envelope.payload), started_at)
         if self.signer is None:
             return message
         return self.signer.sign(message, started_at)

@@ -12,7 +12,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 
 from dispatch.dkim_signing import DkimSigner
@@ -128,6 +128,10 @@ def test_raw_payloads_with_any_line_endings_verify_at_the_server(tmp_path: Path)
     with LedgerSMTPServer(tmp_path / "ledger.txt") as server:
 
         @PROPERTY
+        # Found by this test: LF-only headers and a body line that looks like a Message-ID
+        # (the Date must go into the header block, not after that line in the body).
+        @example(head_end=b"\n", body_end=b"\r\n", lines=[b"", b"message-id:"], subject=b"",
+                 final_newline=False)  # fmt: skip
         @given(
             head_end=LINE_ENDINGS,
             body_end=LINE_ENDINGS,
