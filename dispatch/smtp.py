@@ -6,6 +6,11 @@ failure here is a clean pre-DATA outcome (T6). ``deliver`` = DATA: a 250 means s
 reply is definitive, and anything else (timeout, disconnect, cancellation) leaves the outcome
 unknown — the connection is then closed and never reused, since a late reply would otherwise
 be read as the answer to the next command.
+
+The bytes DATA sends are fixed once T4 has given the attempt its ``Date``: the stored payload,
+that Date, CRLF line endings, then the DKIM signatures (``dispatch.dkim_signing``) over exactly
+those bytes (``final_bytes``). With a bounce domain, MAIL FROM is the job's VERP return path
+(``dispatch.return_path``).
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
+from dispatch.dkim_signing import DkimSigner, wire_form
 from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.message_date import with_date
+from dispatch.return_path import VerpReturnPath
 from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
@@ -143,9 +150,15 @@ class SmtpTransport:
         *,
         ssl_context: ssl.SSLContext | None = None,
         instrumentation: Instrumentation = NULL_INSTRUMENTATION,
+        signer: DkimSigner | None = None,
+        return_path: VerpReturnPath | None = None,
     ) -> None:
         self.config = config
         self.ssl_context = ssl_context
+        # Keys parsed once, when the worker starts (herald.dkim_keys): None sends unsigned.
+        self.signer = signer
+        # With a bounce domain, MAIL FROM is the job's VERP address instead of its sender.
+        self.return_path = return_path
         # Told ``after_data_write`` once the message and its final dot are handed to the
         # socket, before the server's reply is read (the RFC 1047 gap).
         self.instrumentation = instrumentation
@@ -226,8 +239,9 @@ class SmtpTransport:
         client: aiosmtplib.SMTP | None = None
         try:
             client = await self._connection()
-            options, encoding = _mail_options(envelope)
-            await client.mail(envelope.sender, options=options, encoding=encoding)
+            sender = self.mail_from(envelope)
+            options, encoding = _mail_options(sender, envelope.recipient)
+            await client.mail(sender, options=options, encoding=encoding)
             await client.rcpt(envelope.recipient, encoding=encoding)
         except aiosmtplib.SMTPResponseException as exc:
             where = "RCPT" if isinstance(exc, aiosmtplib.SMTPRecipientRefused) else "SMTP"
@@ -242,6 +256,26 @@ class SmtpTransport:
                 client.close()
             return Outcome(Verdict.RETRY, None, f"before DATA: {type(exc).__name__}: {exc}")
         return _PreparedSmtp(self, client, envelope)
+
+    def mail_from(self, envelope: Envelope) -> str:
+        """The envelope sender: the job's VERP return path when configured, else its From."""
+        if self.return_path is None:
+            return envelope.sender
+        return self.return_path.sender_for(envelope.key, envelope.sender)
+
+    def final_bytes(self, envelope: Envelope, started_at: datetime) -> bytes:
+        """Exactly what DATA transmits for this attempt (before dot-stuffing).
+
+        A function of the stored payload and T4's ``started_at`` only (the Date, DKIM's
+        ``t=``), so a re-read of the same attempt yields the same bytes. The signature comes
+        last: nothing may change a signed byte after it, and aiosmtplib's ``data()`` sends
+        bytes as given (it only normalises line endings, which ``wire_form`` already did).
+        """
+        # CRLF first: the Date goes into the header block, which is found by its CRLF CRLF end.
+        message = with_date(wire_form(envelope.payload), started_at)
+        if self.signer is None:
+            return message
+        return self.signer.sign(message, started_at)
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
@@ -266,7 +300,13 @@ class _PreparedSmtp:
         envelope = self.envelope
         written = self.transport.instrumentation.after_data_write
         # The Date is the moment of sending: T4's, so every re-read of this attempt agrees.
-        message = with_date(envelope.payload, started_at)
+        try:
+            message = self.transport.final_bytes(envelope, started_at)
+        except Exception as exc:
+            # Before DATA: nothing went out. The same payload would fail the same way again,
+            # so this is final for the job, not a retry.
+            await _reset_or_close(client, self.transport)
+            return Outcome(Verdict.FAILED, None, f"cannot sign: {type(exc).__name__}: {exc}")
         try:
             with _end_of_data_watched(client, lambda: written(envelope)):
                 response = await client.data(message, timeout=self.transport.config.data_timeout)
@@ -321,8 +361,8 @@ def _end_of_data_watched(client: aiosmtplib.SMTP, callback: Callable[[], None]) 
         transport.write = write  # type: ignore[method-assign]
 
 
-def _mail_options(envelope: Envelope) -> tuple[list[str], str]:
-    if envelope.sender.isascii() and envelope.recipient.isascii():
+def _mail_options(sender: str, recipient: str) -> tuple[list[str], str]:
+    if sender.isascii() and recipient.isascii():
         return [], "ascii"
     # Internationalised local parts need the server's SMTPUTF8 extension (RFC 6531).
     return ["SMTPUTF8"], "utf-8"

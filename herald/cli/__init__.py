@@ -14,8 +14,8 @@ from __future__ import annotations
 
 # In the order `herald --help` lists them.
 from herald.cli import launch, preview, enroll, plan, worker, scheduler  # isort: skip
-from herald.cli import status, operator, suppress, serve, audience, db  # isort: skip
-from herald.cli import sink  # isort: skip
+from herald.cli import status, operator, suppress, serve, dkim, audience  # isort: skip
+from herald.cli import db, sink  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     operator,
     suppress,
     serve,
+    dkim,
     audience,
     db,
     sink,

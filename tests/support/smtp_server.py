@@ -159,6 +159,8 @@ class _LedgerHandler:
         self._seen_ids: Counter[str] = Counter()
         self._seen_rcpts: Counter[str] = Counter()
         self._messages: list[bytes] = []
+        self._mail_froms: list[str] = []  # the envelope sender of each stored message
+        self._data_senders: list[tuple[str, str]] = []  # (MAIL FROM, Message-ID) of each DATA
         self._ledger_fd: int | None = None
         self._stored_count = 0
 
@@ -205,6 +207,7 @@ class _LedgerHandler:
         with self._lock:
             self._seen_ids[message_id] += 1
             attempt = self._seen_ids[message_id]
+            self._data_senders.append((envelope.mail_from or "", message_id))
         fault = self.fault_plan(message_id, attempt)
         if fault in RCPT_FAULTS:
             fault = Fault.ACCEPT
@@ -217,14 +220,17 @@ class _LedgerHandler:
         rcpt = ",".join(envelope.rcpt_tos)
         # In a worker thread so one fsync does not stall every other connection's I/O. If the
         # client vanishes meanwhile, the store still completes: stored-but-unanswered is real.
-        await asyncio.to_thread(self._store, content, message_id, rcpt, fault)
+        mail_from = envelope.mail_from or ""
+        await asyncio.to_thread(self._store, content, message_id, rcpt, fault, mail_from)
         if fault is Fault.DROP_AFTER_STORE:
             await _drop_connection(server)
         if fault is Fault.DELAY_REPLY:
             await asyncio.sleep(self.delay)
         return "250 OK: stored"
 
-    def _store(self, content: bytes, message_id: str, rcpt: str, fault: Fault) -> None:
+    def _store(
+        self, content: bytes, message_id: str, rcpt: str, fault: Fault, mail_from: str = ""
+    ) -> None:
         line = f"{message_id}\t{rcpt}\t{fault.value}\n".encode()
         with self._ledger_lock:
             assert self._ledger_fd is not None, "server not running"
@@ -236,6 +242,7 @@ class _LedgerHandler:
             os.fsync(self._ledger_fd)
         with self._lock:
             self._messages.append(content)
+            self._mail_froms.append(mail_from)
 
     def _write_copy(self, number: int, content: bytes) -> None:
         assert self.store_dir is not None
@@ -247,6 +254,14 @@ class _LedgerHandler:
     def messages(self) -> list[bytes]:
         with self._lock:
             return list(self._messages)
+
+    def received(self) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return list(zip(self._mail_froms, self._messages, strict=True))
+
+    def data_senders(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._data_senders)
 
     def seen(self, message_id: str) -> int:
         with self._lock:
@@ -331,6 +346,14 @@ class LedgerSMTPServer:
 
     def messages(self) -> list[bytes]:
         return self._handler.messages()
+
+    def received(self) -> list[tuple[str, bytes]]:
+        """(MAIL FROM, message) of every stored message, in order: the return path too."""
+        return self._handler.received()
+
+    def data_senders(self) -> list[tuple[str, str]]:
+        """(MAIL FROM, Message-ID) of every DATA that reached the server, stored or not."""
+        return self._handler.data_senders()
 
     def seen(self, message_id: str) -> int:
         """How many DATA bodies with this Message-ID reached the server, stored or not."""

@@ -23,7 +23,7 @@ COMMANDS = [
     "plan",
     "simulate",
 ]
-GROUPS = ["in-doubt", "dead", "audience", "db", "suppress"]
+GROUPS = ["in-doubt", "dead", "audience", "db", "suppress", "dkim"]
 
 
 def run_python(code: str) -> str:

@@ -25,7 +25,13 @@ PRODUCT = sorted(
     }
 )
 # Import name -> distribution name, where the two differ.
-DISTRIBUTION = {"yaml": "pyyaml", "pydantic_core": "pydantic-core", "jinja2": "jinja2"}
+DISTRIBUTION = {
+    "yaml": "pyyaml",
+    "pydantic_core": "pydantic-core",
+    "jinja2": "jinja2",
+    "dkim": "dkimpy",
+    "nacl": "pynacl",
+}
 # Lowest version of each package that is clear of the advisories we know of.
 FLOORS = {"jinja2": "3.1.6", "aiosmtpd": "1.4.6", "idna": "3.7"}
 
