@@ -61,7 +61,7 @@ def suppressions(engine: Engine) -> set[tuple[str, str, str]]:
         rows = conn.execute(
             sa.select(suppression.c.address, suppression.c.scope, suppression.c.source)
         )
-        return {tuple(r) for r in rows}  # type: ignore[misc]
+        return {tuple(r) for r in rows}
 
 
 def feedback(engine: Engine) -> list[tuple[str, str, str | None, str | None]]:
@@ -72,7 +72,7 @@ def feedback(engine: Engine) -> list[tuple[str, str, str | None, str | None]]:
             mail_feedback.c.mailbox,
             mail_feedback.c.status_code,
         ).order_by(mail_feedback.c.id)
-        return [tuple(r) for r in conn.execute(q)]  # type: ignore[misc]
+        return [tuple(r) for r in conn.execute(q)]
 
 
 def test_a_hard_bounce_dsn_suppresses_the_mailbox_globally(engine, listener) -> None:
