@@ -13,12 +13,15 @@ Exit codes: 0 success, 1 operational failure, 2 invalid input. Errors are printe
 from __future__ import annotations
 
 # In the order `herald --help` lists them.
-from herald.cli import launch, enroll, plan, worker, scheduler, status, operator, sink, db, audience  # isort: skip
+from herald.cli import launch, enroll, plan, worker, scheduler, status, operator  # isort: skip
+from herald.cli import feedback, sink, db, audience  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
 # Each module registered its commands when imported above; named here so none is dropped.
-COMMAND_MODULES = (launch, enroll, plan, worker, scheduler, status, operator, audience, db, sink)
+COMMAND_MODULES = (
+    launch, enroll, plan, worker, scheduler, status, operator, feedback, audience, db, sink
+)  # fmt: skip
 
 
 def main() -> None:

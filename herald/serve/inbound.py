@@ -23,7 +23,9 @@ bouncing a bounce helps nobody.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -198,6 +200,19 @@ async def start_inbound(
     handler = InboundHandler(engine, settings)
     loop = asyncio.get_running_loop()
     return await loop.create_server(lambda: _smtp(handler, server_name), host=host, port=port)
+
+
+@contextlib.asynccontextmanager
+async def running_inbound(
+    engine: Engine, settings: MailSettings, *, host: str, port: int
+) -> AsyncIterator[asyncio.Server]:
+    """``start_inbound`` for the length of a block (e.g. a Starlette lifespan)."""
+    server = await start_inbound(engine, settings, host=host, port=port)
+    try:
+        yield server
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 class InboundListener:

@@ -189,3 +189,42 @@ def test_the_listener_needs_keys_and_a_domain(engine) -> None:
         InboundListener(engine, MailSettings(bounce_domain="b.example"))
     with pytest.raises(ConfigError, match="HERALD_BOUNCE_DOMAIN"):
         InboundListener(engine, MailSettings(signing_keys=KEYS))
+
+
+def test_start_inbound_runs_in_the_callers_event_loop(engine) -> None:
+    """The form ``herald serve`` uses beside uvicorn: one loop, the database in threads."""
+    from herald.serve.inbound import running_inbound
+
+    key = pending(engine, "ivan")
+
+    async def scenario() -> None:
+        async with running_inbound(engine, SETTINGS, host="127.0.0.1", port=0) as server:
+            port = server.sockets[0].getsockname()[1]
+            async with aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10) as smtp:
+                await smtp.sendmail("", [bounce_rcpt(key)], reports.dsn())
+
+    asyncio.run(scenario())
+    assert suppressions(engine) == {("ivan@example.com", "global", "dsn")}
+
+
+def test_herald_feedback_shows_counts_and_soft_bounces(engine, db_url, listener) -> None:
+    import json
+
+    from tests.support.factories import cli
+
+    key = pending(engine, "judy")
+    soft = reports.dsn(status="4.2.2", diagnostic="smtp; 452 4.2.2 [full]\x1b[2J")
+    send(listener, bounce_rcpt(key), soft)
+    send(listener, bounce_rcpt(key), reports.dsn(message_id="<dsn-9@mx.example.org>"))
+    result = cli(db_url, "feedback", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["counts"]["soft"] == 1
+    assert doc["counts"]["hard"] == 1
+    assert doc["soft_by_mailbox"] == [{"mailbox": "judy@example.com", "count": 1}]
+    assert [e["kind"] for e in doc["recent"]] == ["hard", "soft"]
+    text = cli(db_url, "feedback")
+    assert text.exit_code == 0, text.output
+    assert "1 hard, 1 soft" in text.stdout
+    assert "\x1b" not in text.stdout
+    assert cli(db_url, "feedback", "--kind", "bogus").exit_code == 2
