@@ -110,7 +110,8 @@ class SnsVerifier:
         self._certs: dict[str, rsa.RSAPublicKey] = {}
 
     async def verify(self, message: Mapping[str, Any], now: float) -> None:
-        if message.get("TopicArn") not in self.topic_arns:
+        topic = message.get("TopicArn")
+        if not isinstance(topic, str) or topic not in self.topic_arns:
             raise Refused(403, "topic not allowed")
         algorithm = _SNS_HASHES.get(str(message.get("SignatureVersion")))
         url = message.get("SigningCertURL")
@@ -169,7 +170,7 @@ def load_sendgrid_key(text: str) -> ec.EllipticCurvePublicKey:
 def _fresh(timestamp: str, now: float) -> None:
     try:
         when = float(int(timestamp.strip()))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise Refused(403, "invalid timestamp") from None
     if abs(now - when) > REPLAY_WINDOW:
         raise Refused(403, "stale or future timestamp")
