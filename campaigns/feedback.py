@@ -68,6 +68,7 @@ class Report:
     recipient: str | None = None
     report_id: str | None = None  # the report's own Message-ID (deduplication)
     herald_key: str | None = None  # an X-Herald-Key found in the returned original
+    form: Literal["dsn", "arf", "text", "none"] = "none"  # what kind of report it was
 
 
 def clean(text: object, limit: int = MAX_DETAIL) -> str:

@@ -51,4 +51,5 @@ def read_arf(message: Message, part: Message) -> Report:
         recipient[:320] if recipient else None,
         report_id(message),
         herald_key(original_headers(message)),
+        "arf",
     )

@@ -63,6 +63,7 @@ def read_dsn(message: Message, part: Message) -> Report:
         result.recipient,
         report_id(message),
         herald_key(original),
+        "dsn",
     )
 
 
@@ -108,6 +109,7 @@ def read_plain_bounce(message: Message, *, null_sender: bool) -> Report:
         None,
         report_id(message),
         herald_key(original_headers(message)),
+        "text",
     )
 
 

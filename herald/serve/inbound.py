@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy.engine import Engine
 
+from campaigns.feedback import Report
 from campaigns.feedback_report import parse_report
 from campaigns.feedback_store import (
     Feedback,
@@ -121,37 +122,40 @@ class InboundHandler:
     def process(self, rcpts: list[str], content: bytes, null_sender: bool) -> list[Recorded]:
         """Record what ``content`` means for each recipient's job; one transaction each."""
         results = []
-        report = None
+        report: Report | None = None
         for address in rcpts:
             target = resolve_recipient(address, self.settings)
             if target is None:  # settings cannot change mid-transaction; defensive only
                 continue
+            if target.purpose == "bounce" and report is None:
+                # Parsed once, outside any transaction: it is CPU work on up to 2 MB.
+                report = parse_report(content, null_sender=null_sender)
             with self.engine.begin() as conn:
                 job = job_by_prefix(conn, target.prefix)
                 if job is None:
                     log.info("inbound: token for job %s names no job; ignored", target.prefix)
                     continue
-                fb: Feedback | None
                 if target.purpose == "unsub":
-                    fb = _unsubscribe(job)
+                    fb: Feedback | None = _unsubscribe(job)
                 else:
-                    report = report or parse_report(content, null_sender=null_sender)
-                    source = "arf" if report.verdict == "complaint" else "dsn"
-                    evidence = report.report_id or content
-                    ref = digest_ref(source, job.key, evidence)
-                    fb = report_feedback(job, report, source=source, event_ref=ref)
-                    if fb is None:
-                        log.info(
-                            "inbound: %s report for job %s (not recorded)",
-                            report.verdict,
-                            job.key[:16],
-                        )
-                        continue
+                    assert report is not None  # parsed above for every bounce target
+                    fb = _bounce(job, report, content)
+                if fb is None:
+                    log.info("inbound: report for job %s not recorded", job.key[:16])
+                    continue
                 recorded = record_feedback(conn, fb)
             results.append(recorded)
             outcome = "suppressed" if recorded.suppressed else "new" if recorded.new else "seen"
             log.info("inbound: %s (%s) for job %s: %s", fb.kind, fb.source, job.key[:16], outcome)
         return results
+
+
+def _bounce(job: JobRef, report: Report, content: bytes) -> Feedback | None:
+    source = "arf" if report.form == "arf" else "dsn"
+    # The same report delivered twice (our 250 was lost) is one event: keyed by its Message-ID,
+    # or by its bytes when it has none.
+    ref = digest_ref(source, job.key, report.report_id or content)
+    return report_feedback(job, report, source=source, event_ref=ref)
 
 
 def _unsubscribe(job: JobRef) -> Feedback:

@@ -228,3 +228,25 @@ def test_herald_feedback_shows_counts_and_soft_bounces(engine, db_url, listener)
     assert "1 hard, 1 soft" in text.stdout
     assert "\x1b" not in text.stdout
     assert cli(db_url, "feedback", "--kind", "bogus").exit_code == 2
+
+
+def test_one_transaction_for_an_unsubscribe_and_a_bounce(engine, listener) -> None:
+    """Each recipient is handled by its own token's purpose, whatever the other one was."""
+    bounced, leaving = pending(engine, "kate"), pending(engine, "liam")
+
+    async def go() -> None:
+        async with aiosmtplib.SMTP(hostname=listener.host, port=listener.port, timeout=10) as smtp:
+            await smtp.sendmail("", [bounce_rcpt(bounced), unsub_rcpt(leaving)], reports.dsn())
+
+    asyncio.run(go())
+    assert suppressions(engine) == {
+        ("kate@example.com", "global", "dsn"),
+        ("liam@example.com", "global", "mailto"),
+    }
+
+
+def test_an_arf_auth_failure_is_a_block_from_arf(engine, listener) -> None:
+    key = pending(engine, "mona")
+    send(listener, bounce_rcpt(key), reports.arf(feedback_type="auth-failure"))
+    assert suppressions(engine) == set()
+    assert feedback(engine) == [("block", "arf", "mona@example.com", None)]
