@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -240,7 +241,8 @@ def _ses_route(
         kind = message["Type"]
         if kind == "SubscriptionConfirmation":
             url = message["SubscribeURL"]
-            if not sns_url_ok(url, pem=False):
+            topics = parse_qs(urlsplit(url).query).get("TopicArn")
+            if not sns_url_ok(url, pem=False) or topics != [message["TopicArn"]]:
                 raise Refused(403, "unexpected SubscribeURL")
             try:
                 await subscribe(url)

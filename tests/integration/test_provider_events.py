@@ -325,6 +325,13 @@ def test_ses_subscription_confirmation(engine, client, fetcher) -> None:
         Token="t",
     )
     assert post_sns(client, evil).status_code == 403
+    other_topic = sns(
+        "SubscriptionConfirmation",
+        "subscribe",
+        SubscribeURL=SUBSCRIBE_URL.replace("herald-bounces", "someone-elses"),
+        Token="t",
+    )
+    assert post_sns(client, other_topic).status_code == 403
     forged = dict(confirm, SubscribeURL=SUBSCRIBE_URL + "&x=1")
     assert post_sns(client, forged).status_code == 403
     assert fetcher.subscribed == [SUBSCRIBE_URL]
