@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -217,6 +217,23 @@ async def running_inbound(
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def serve_inbound(
+    engine: Engine,
+    settings: MailSettings,
+    *,
+    host: str,
+    port: int,
+    on_ready: Callable[[str, int], None] | None = None,
+) -> None:
+    """Listen until cancelled: the coroutine ``herald serve`` runs beside uvicorn
+    (``herald.serve.app.serve(alongside=...)``). ``on_ready(host, port)`` once listening."""
+    async with running_inbound(engine, settings, host=host, port=port) as server:
+        if on_ready is not None:
+            bound_host, bound_port = server.sockets[0].getsockname()[:2]
+            on_ready(bound_host, bound_port)
+        await server.serve_forever()
 
 
 class InboundListener:

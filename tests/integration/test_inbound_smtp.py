@@ -207,6 +207,35 @@ def test_start_inbound_runs_in_the_callers_event_loop(engine) -> None:
     assert suppressions(engine) == {("ivan@example.com", "global", "dsn")}
 
 
+def test_serve_inbound_runs_until_cancelled(engine) -> None:
+    from herald.serve.inbound import serve_inbound
+
+    key = pending(engine, "nina")
+
+    async def scenario() -> None:
+        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(
+            serve_inbound(
+                engine,
+                SETTINGS,
+                host="127.0.0.1",
+                port=0,
+                on_ready=lambda host, port: ready.set_result(port),
+            )
+        )
+        port = await asyncio.wait_for(ready, 10)
+        async with aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10) as smtp:
+            await smtp.sendmail("", [bounce_rcpt(key)], reports.arf())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        with pytest.raises(aiosmtplib.SMTPConnectError):  # the port is closed again
+            await aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=2).connect()
+
+    asyncio.run(scenario())
+    assert suppressions(engine) == {("nina@example.com", "global", "arf")}
+
+
 def test_herald_feedback_shows_counts_and_soft_bounces(engine, db_url, listener) -> None:
     import json
 
