@@ -9,6 +9,7 @@ the report: every report below names someone else in its To: and Final-Recipient
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
 
 import aiosmtplib
@@ -279,3 +280,24 @@ def test_an_arf_auth_failure_is_a_block_from_arf(engine, listener) -> None:
     send(listener, bounce_rcpt(key), reports.arf(feedback_type="auth-failure"))
     assert suppressions(engine) == set()
     assert feedback(engine) == [("block", "arf", "mona@example.com", None)]
+
+
+def test_a_bounced_mailbox_is_never_mailed_again(engine, listener, smtp_server) -> None:
+    """End to end: the DSN's suppression is what the worker's T4 guard checks."""
+    from datetime import UTC, datetime, timedelta
+
+    from dispatch.store import OutboxStore
+    from tests.support.campaign_files import run_worker
+    from tests.support.factories import key_of, new_job
+
+    first = pending(engine, "olga")
+    send(listener, bounce_rcpt(first), reports.dsn())
+    later = new_job(key_of("olga-later"), due=datetime.now(UTC) - timedelta(seconds=1))
+    later = dataclasses.replace(later, recipient="OLGA@example.com", mailbox="olga@example.com")
+    with engine.begin() as conn:
+        OutboxStore(engine.dialect.name).enqueue(conn, [later])
+    run_worker(engine, smtp_server.host, smtp_server.port)
+    assert smtp_server.messages() == []
+    with engine.connect() as conn:
+        state = conn.execute(sa.select(send_job.c.state).where(send_job.c.key == later.key))
+        assert state.scalar_one() in ("failed", "cancelled")  # T4f today; T4c once item 1 lands
