@@ -14,8 +14,8 @@ from __future__ import annotations
 
 # In the order `herald --help` lists them.
 from herald.cli import launch, preview, enroll, plan, worker, scheduler  # isort: skip
-from herald.cli import status, operator, suppress, serve, dkim, audience  # isort: skip
-from herald.cli import db, sink  # isort: skip
+from herald.cli import status, operator, suppress, feedback, serve, dkim  # isort: skip
+from herald.cli import audience, db, sink  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     status,
     operator,
     suppress,
+    feedback,
     serve,
     dkim,
     audience,
