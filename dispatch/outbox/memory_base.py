@@ -16,6 +16,7 @@ from typing import Any
 
 from dispatch.outbox.gate import CAMPAIGN_GATE, CampaignGate
 from dispatch.outbox.jobs import Lease
+from dispatch.outbox.relay import RelayRow
 from dispatch.states import State, Transition
 
 Clock = Callable[[], datetime]
@@ -80,6 +81,7 @@ class _Data:
     events: list[MemEvent] = field(default_factory=list)
     campaigns: dict[str, str] = field(default_factory=dict)  # name -> status
     suppressed: dict[str, str] = field(default_factory=dict)  # mailbox -> reason
+    relays: dict[str, RelayRow] = field(default_factory=dict)  # relay_status, by relay
     next_id: int = 1
 
 
