@@ -85,6 +85,10 @@ class RelayCircuit:
         await self._verdict.wait()
         return self.closed, False
 
+    def holding(self) -> bool:
+        """Open and not yet due for a probe, or a probe out."""
+        return self.state is CircuitState.HALF_OPEN or self.wait() > 0
+
     @property
     def closed(self) -> bool:
         return self.state is CircuitState.CLOSED
@@ -146,8 +150,10 @@ class RelayGate:
         self._ok_reported: dict[str, float] = {}  # relay -> monotonic time of the last report
 
     def holding(self) -> bool:
-        """True while a breaker is open: claim nothing (the relay cannot take it)."""
-        return not all(c.closed for c in self.circuits.values())
+        """True while a breaker is open and not yet due for its probe, or its probe is out:
+        claim nothing (the relay cannot take it). Once due, claims resume and the first send
+        is the probe."""
+        return any(c.holding() for c in self.circuits.values())
 
     async def prepare(
         self, transport: Transport, job: ClaimedJob, envelope: Envelope

@@ -274,16 +274,22 @@ class SmtpTransport:
         client = await self._open()
         result = await self._transaction(client, envelope)
         if isinstance(result, _Stale):
-            return Outcome(Verdict.RETRY, None, f"before DATA: {result.error}")
+            # Let in, then dropped before MAIL was answered: the relay is going away (a
+            # restart, an overloaded proxy), whoever the recipient.
+            cause = "connection closed by the relay before MAIL"
+            raise RelayUnavailable(cause, relay=self.relay_name, detail=self.redact(result.error))
         return result
 
     async def _transaction(
         self, client: aiosmtplib.SMTP, envelope: Envelope
     ) -> PreparedSend | Outcome | _Stale:
-        """MAIL and RCPT on ``client``; ``_Stale`` if the connection turned out to be dead."""
+        """MAIL and RCPT on ``client``; ``_Stale`` if the connection was found dead at MAIL (a
+        drop at RCPT, once MAIL was answered, is this transaction's: T6 as before)."""
+        mail_answered = False
         try:
             options, encoding = _mail_options(envelope)
             await client.mail(envelope.sender, options=options, encoding=encoding)
+            mail_answered = True
             await client.rcpt(envelope.recipient, encoding=encoding)
         except aiosmtplib.SMTPResponseException as exc:
             where = "RCPT" if isinstance(exc, aiosmtplib.SMTPRecipientRefused) else "SMTP"
@@ -291,12 +297,11 @@ class SmtpTransport:
                 where = "MAIL"
             await _reset_or_close(client, self)
             return _refused(exc, where)
-        except ConnectionError as exc:  # SMTPServerDisconnected, a reset, a broken pipe
-            client.close()
-            return _Stale(f"{type(exc).__name__}: {exc}")
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             # Nothing was delivered: no DATA was sent. Safe to retry later.
             client.close()
+            if isinstance(exc, ConnectionError) and not mail_answered:
+                return _Stale(f"{type(exc).__name__}: {exc}")  # disconnected, reset, broken pipe
             return Outcome(Verdict.RETRY, None, f"before DATA: {type(exc).__name__}: {exc}")
         return _PreparedSmtp(self, client, envelope)
 

@@ -35,8 +35,8 @@ from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
 from dispatch.outbox_client import OutboxClient
-from dispatch.store import ClaimedJob, OutboxStore
 from dispatch.relay_circuit import RelayGate
+from dispatch.store import ClaimedJob, OutboxStore
 from dispatch.transport import RelayUnavailable, Transport, TransportConfigError
 from dispatch.window_gate import WindowGate
 from dispatch.worker_config import WorkerConfig, default_owner
