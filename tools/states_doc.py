@@ -102,8 +102,9 @@ NOTES: dict[str, tuple[str, str]] = {
     ),
     "W4": (
         "worker, when `prepare` cannot reach the relay (`dispatch.relay_circuit`)",
-        "A connection refused, DNS failure, connect timeout, TLS failure or refused "
-        "authentication is the relay's problem, not the recipient's: the claim goes back "
+        "A connection refused, DNS failure, connect timeout, TLS failure, refused greeting, "
+        "EHLO or authentication, or a connection dropped before MAIL is the relay's problem, "
+        "not the recipient's: the claim goes back "
         "without counting it or an attempt, due when the worker's circuit breaker next tries "
         "the relay; `relay_status` records the outage and `herald status` shows it.",
     ),
