@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from dispatch.outbox.jobs import Lease
 from dispatch.outbox.memory_base import MemoryBase, MemoryTx
-from dispatch.outbox.relay import OK, UNREACHABLE, RelayRow
+from dispatch.outbox.relay import FORGET_AFTER, OK, UNREACHABLE, RelayRow
 from dispatch.states import State, T, performs
 
 
@@ -42,6 +42,11 @@ class MemoryRelayOps(MemoryBase):
         now = conn.clock()
         old = conn.data.relays.get(relay)
         if reachable:
+            forget = now - timedelta(seconds=FORGET_AFTER)
+            for name, row in list(conn.data.relays.items()):
+                stale = row.updated_at is not None and row.updated_at < forget
+                if name != relay and row.state == UNREACHABLE and stale:
+                    del conn.data.relays[name]
             if old is None or old.state != UNREACHABLE:
                 return False
             conn.data.relays[relay] = replace(

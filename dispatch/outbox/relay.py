@@ -25,6 +25,11 @@ from dispatch.states import T, performs
 R = relay_status.c
 UNREACHABLE = "unreachable"
 OK = "ok"
+# An outage still going on is re-reported by every worker facing it at each failed probe (at
+# least every 30 s) and by every --until-idle run. One nobody has reported for this long, while
+# mail goes out through another relay, is a relay no worker uses any more (a URL that was
+# fixed): a successful send forgets it, so `herald status` does not warn about it for ever.
+FORGET_AFTER = 600.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -77,14 +82,24 @@ class RelayOps(SqlBase):
     ) -> bool:
         """Unreachable: upsert, keeping the ``since`` of an outage already recorded (by any
         worker). Reachable: mark an unreachable relay ok again (nothing if it is not recorded as
-        unreachable: a healthy relay costs one no-op UPDATE). True if a row changed state."""
+        unreachable: a healthy relay costs a no-op UPDATE), and forget other relays recorded
+        unreachable that nobody has reported for ``FORGET_AFTER``. True if this relay's row
+        changed state."""
         if reachable:
             stmt = (
                 sa.update(relay_status)
                 .where(R.relay == relay, R.state == UNREACHABLE)
                 .values(state=OK, since=db_now(), worker=worker, updated_at=db_now())
             )
-            return bool(conn.execute(stmt).rowcount)
+            changed = bool(conn.execute(stmt).rowcount)
+            conn.execute(
+                sa.delete(relay_status).where(
+                    R.relay != relay,
+                    R.state == UNREACHABLE,
+                    R.updated_at < db_now_plus(seconds(-FORGET_AFTER)),
+                )
+            )
+            return changed
         before = conn.execute(sa.select(R.state).where(R.relay == relay)).scalar()
         insert = self.forms.insert(relay_status).values(
             relay=relay,

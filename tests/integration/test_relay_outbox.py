@@ -3,14 +3,20 @@ PostgreSQL alike."""
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+from datetime import UTC, datetime, timedelta
 
+import pytest
+import sqlalchemy as sa
+
+from dispatch.models import relay_status
 from dispatch.outbox import Completion
 from dispatch.outbox.recovery import CLAIMS_EXHAUSTED, EXHAUSTED
+from dispatch.outbox.relay import FORGET_AFTER
 from dispatch.states import State
 from tests.integration import test_outbox_contract as contract
 from tests.integration.test_outbox_contract import claim, enqueue, journal_is_consistent, past
-from tests.support.outboxes import Harness, new_job
+from tests.support.outboxes import Harness, MemoryHarness, SqlHarness, new_job
 
 harness = contract.harness  # the same fixture: memory, SQLite and PostgreSQL
 
@@ -131,3 +137,32 @@ def test_relay_status_keeps_an_outage_since_its_start_until_a_send_succeeds(
         (down,) = harness.outbox.relay_statuses(tx)
     assert down.state == "unreachable"
     assert down.since >= ok.since
+
+
+def test_a_send_through_one_relay_forgets_another_nobody_reports_any_more(
+    harness: Harness,
+) -> None:
+    """The wrong port of yesterday's run must not warn in `herald status` for ever once mail
+    goes out through the fixed URL; an outage still being reported stays."""
+    with harness.begin() as tx:
+        harness.outbox.record_relay(tx, "smtp://old:1", reachable=False, error="x", worker="w")
+        harness.outbox.record_relay(tx, "smtp://other:25", reachable=False, error="y", worker="w")
+    long_ago = datetime.now(UTC) - timedelta(seconds=FORGET_AFTER + 60)
+    if isinstance(harness, SqlHarness):
+        with harness.begin() as conn:
+            conn.execute(
+                sa.update(relay_status)
+                .where(relay_status.c.relay == "smtp://old:1")
+                .values(updated_at=long_ago)
+            )
+    else:
+        assert isinstance(harness, MemoryHarness)
+        with harness.begin() as tx:
+            old = tx.data.relays["smtp://old:1"]
+            tx.data.relays["smtp://old:1"] = dataclasses.replace(
+                old, updated_at=harness.clock() - timedelta(seconds=FORGET_AFTER + 60)
+            )
+    with harness.begin() as tx:
+        harness.outbox.record_relay(tx, "smtp://new:587", reachable=True, error=None, worker="w")
+        left = [(r.relay, r.state) for r in harness.outbox.relay_statuses(tx)]
+    assert left == [("smtp://other:25", "unreachable")]
