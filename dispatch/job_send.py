@@ -19,6 +19,7 @@ from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import Instrumentation
 from dispatch.outbox_client import OutboxClient
 from dispatch.outcome_completion import completion_for
+from dispatch.relay_circuit import RelayGate
 from dispatch.send_windows import UnreadableWindow, closed_until
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Deferral, LeaseRow
@@ -41,6 +42,7 @@ class JobSender:
         clock: Callable[[], datetime],
         leases: HeldLeases,
         windows: WindowGate,
+        relay: RelayGate,
         report: WorkerReport,
         stopping: Callable[[], bool],
         stop_for: Callable[[TransportConfigError], None],
@@ -55,6 +57,7 @@ class JobSender:
         self.clock = clock
         self.leases = leases
         self.windows = windows
+        self.relay = relay  # W4: prepare goes through the relay's circuit breaker
         self.report = report
         self.stopping = stopping
         self.stop_for = stop_for
@@ -94,7 +97,7 @@ class JobSender:
             payload=job.payload,
         )
         try:
-            prepared = await transport.prepare(envelope)
+            prepared = await self.relay.prepare(transport, job, envelope)
         except TransportConfigError as exc:
             # Nothing of this job went out and nothing is wrong with it: give it back as it
             # was (no attempt counted) and stop, since every other job would meet the same.
@@ -103,6 +106,8 @@ class JobSender:
             return
         except Exception as exc:  # a transport bug must not strand the job
             prepared = Outcome(Verdict.RETRY, None, f"before sending: {type(exc).__name__}: {exc}")
+        if prepared is None:  # the relay is unreachable: handed back untouched (W4)
+            return
         if isinstance(prepared, Outcome):
             await self._finish(job, prepared, before_data=True)
             return

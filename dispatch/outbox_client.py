@@ -25,6 +25,7 @@ from dispatch.commit_requests import (
     StartSend,
 )
 from dispatch.committer import GroupCommitter
+from dispatch.relay_requests import RelayHandBack, RelayReport
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Deferral, Lease, LeaseRow, RecoveryReport
 
@@ -61,6 +62,16 @@ class OutboxClient:
     async def defer(self, deferrals: Sequence[Deferral]) -> set[int]:
         """Hand back claims whose send window is closed (W2); the ids handed back."""
         return await self._committer.submit(Defer(tuple(deferrals)))
+
+    async def relay_hand_back(
+        self, leases: Sequence[Lease], *, retry_in: float, why: str
+    ) -> set[int]:
+        """W4: give back claims that could not reach the relay, due in ``retry_in`` seconds."""
+        return await self._committer.submit(RelayHandBack(tuple(leases), retry_in, why))
+
+    async def report_relay(self, relay: str, *, reachable: bool, error: str | None = None) -> bool:
+        """Record the relay unreachable (or ok again) in ``relay_status``."""
+        return await self._committer.submit(RelayReport(relay, reachable, error))
 
     async def lease_state(self, lease: Lease) -> LeaseRow | None:
         """The job's state and ``send_started_at`` while it carries this lease's token, else

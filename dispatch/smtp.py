@@ -31,7 +31,15 @@ from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.message_date import with_date
 from dispatch.return_path import VerpReturnPath
-from dispatch.transport import Envelope, Outcome, PreparedSend, TransportConfigError, Verdict
+from dispatch.smtp_relay_causes import relay_cause
+from dispatch.transport import (
+    Envelope,
+    Outcome,
+    PreparedSend,
+    RelayUnavailable,
+    TransportConfigError,
+    Verdict,
+)
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
 # RFC 5321 §4.5.3.2 asks clients to wait 10 minutes for the reply to the final dot. A shorter
@@ -141,6 +149,13 @@ def _scrubbed(outcome: Outcome, redact: Redactor) -> Outcome:
     return outcome if text == outcome.text else dataclasses.replace(outcome, text=text)
 
 
+@dataclass(frozen=True)
+class _Stale:
+    """A connection found dead at MAIL or RCPT (nothing was delivered)."""
+
+    error: str
+
+
 class SmtpTransport:
     """A pool of reusable SMTP connections, one transaction per job."""
 
@@ -165,11 +180,29 @@ class SmtpTransport:
         self._idle: list[aiosmtplib.SMTP] = []
         self.redact = Redactor(config.secrets())
 
-    async def _connection(self) -> aiosmtplib.SMTP:
+    @property
+    def relay_name(self) -> str:
+        """The relay as logs, ``relay_status`` and ``herald status`` name it: scheme, host and
+        port, never the credentials."""
+        cfg = self.config
+        host = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+        return f"{'smtps' if cfg.use_tls else 'smtp'}://{host}:{cfg.port}"
+
+    def _idle_connection(self) -> aiosmtplib.SMTP | None:
         while self._idle:
             client = self._idle.pop()
             if client.is_connected:
                 return client
+        return None
+
+    async def _open(self) -> aiosmtplib.SMTP:
+        """A new connection, greeted, secured and logged in.
+
+        Anything that goes wrong here happens before MAIL and has nothing to do with the
+        message or its recipient: an unusable setting is ``TransportConfigError`` (the worker
+        stops), everything else (refused, DNS, timeout, TLS, greeting, EHLO, AUTH) is
+        ``RelayUnavailable`` (the worker hands the job back uncounted and backs off).
+        """
         cfg = self.config
         client = aiosmtplib.SMTP(
             hostname=cfg.host,
@@ -180,9 +213,17 @@ class SmtpTransport:
             validate_certs=cfg.validate_certs,
             tls_context=self.ssl_context,
         )
-        await client.connect()
         try:
+            await client.connect()
             await self._secure_and_login(client)
+        except TransportConfigError:
+            client.close()
+            raise
+        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+            client.close()
+            cause = self.redact(relay_cause(exc, host=cfg.host, timeout=cfg.command_timeout))
+            detail = self.redact(f"{type(exc).__name__}: {exc}")
+            raise RelayUnavailable(cause, relay=self.relay_name, detail=detail) from None
         except BaseException:
             client.close()
             raise
@@ -236,24 +277,45 @@ class SmtpTransport:
         return _scrubbed(outcome, self.redact) if isinstance(outcome, Outcome) else outcome
 
     async def _prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
-        client: aiosmtplib.SMTP | None = None
+        pooled = self._idle_connection()
+        if pooled is not None:
+            result = await self._transaction(pooled, envelope)
+            if not isinstance(result, _Stale):
+                return result
+            # The relay closed this pooled connection (idle timeout, restart, outage): not the
+            # job's fault. Try once on a new connection, which says whether the relay is there.
+        client = await self._open()
+        result = await self._transaction(client, envelope)
+        if isinstance(result, _Stale):
+            # Let in, then dropped before MAIL was answered: the relay is going away (a
+            # restart, an overloaded proxy), whoever the recipient.
+            cause = "connection closed by the relay before MAIL"
+            raise RelayUnavailable(cause, relay=self.relay_name, detail=self.redact(result.error))
+        return result
+
+    async def _transaction(
+        self, client: aiosmtplib.SMTP, envelope: Envelope
+    ) -> PreparedSend | Outcome | _Stale:
+        """MAIL and RCPT on ``client``; ``_Stale`` if the connection was found dead at MAIL (a
+        drop at RCPT, once MAIL was answered, is this transaction's: T6 as before)."""
+        mail_answered = False
         try:
-            client = await self._connection()
             sender = self.mail_from(envelope)
             options, encoding = _mail_options(sender, envelope.recipient)
             await client.mail(sender, options=options, encoding=encoding)
+            mail_answered = True
             await client.rcpt(envelope.recipient, encoding=encoding)
         except aiosmtplib.SMTPResponseException as exc:
             where = "RCPT" if isinstance(exc, aiosmtplib.SMTPRecipientRefused) else "SMTP"
             if isinstance(exc, aiosmtplib.SMTPSenderRefused):
                 where = "MAIL"
-            if client is not None:
-                await _reset_or_close(client, self)
+            await _reset_or_close(client, self)
             return _refused(exc, where)
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             # Nothing was delivered: no DATA was sent. Safe to retry later.
-            if client is not None:
-                client.close()
+            client.close()
+            if isinstance(exc, ConnectionError) and not mail_answered:
+                return _Stale(f"{type(exc).__name__}: {exc}")  # disconnected, reset, broken pipe
             return Outcome(Verdict.RETRY, None, f"before DATA: {type(exc).__name__}: {exc}")
         return _PreparedSmtp(self, client, envelope)
 

@@ -34,6 +34,29 @@ class TransportConfigError(Exception):
         self.hint = hint
 
 
+class RelayUnavailable(Exception):
+    """The relay could not be reached or would not let us in: connection refused, DNS failure,
+    connect timeout, TLS failure, a refused greeting or EHLO, authentication refused.
+
+    Raised by ``prepare`` before anything of the job went out (no MAIL). It says nothing about
+    the recipient or the message, so the job must not pay for it: the worker hands the claim
+    back uncounted (W4) and backs off (``dispatch.relay_circuit``). ``cause`` is a short
+    human phrase ("connection refused"), ``relay`` the redacted relay ("smtp://host:25"),
+    ``detail`` the library's words, scrubbed of credentials.
+    """
+
+    def __init__(self, cause: str, *, relay: str, detail: str = "") -> None:
+        super().__init__(f"{cause} ({relay})")
+        self.cause = cause
+        self.relay = relay
+        self.detail = detail
+
+    @property
+    def line(self) -> str:
+        """The one line an operator reads: the cause and the relay."""
+        return f"relay unreachable: {self.cause} ({self.relay})"
+
+
 @dataclass(frozen=True)
 class Outcome:
     verdict: Verdict

@@ -8,7 +8,9 @@ typed ``OutboxClient``, and tells its ``Instrumentation`` (a no-op unless a test
 each named point of a send.
 
 A job whose send window (``dispatch.send_windows``) is closed on the worker's clock, when it is
-claimed or when its send starts, is handed back until the window opens (W2), uncounted.
+claimed or when its send starts, is handed back until the window opens (W2), uncounted. A relay
+that cannot be reached is not the jobs' fault either: ``dispatch.relay_circuit`` hands them back
+uncounted (W4) and holds claims while its circuit breaker is open.
 
 This module is the loops: claiming, heartbeats, recovery, shutdown. One job's send is
 ``dispatch.job_send.JobSender``; the leases held, ``dispatch.held_leases``; W2,
@@ -34,8 +36,9 @@ from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
 from dispatch.outbox_client import OutboxClient
+from dispatch.relay_circuit import RelayGate
 from dispatch.store import ClaimedJob, OutboxStore
-from dispatch.transport import Transport, TransportConfigError
+from dispatch.transport import RelayUnavailable, Transport, TransportConfigError
 from dispatch.window_gate import WindowGate
 from dispatch.worker_config import WorkerConfig, default_owner
 from dispatch.worker_report import WorkerReport
@@ -87,6 +90,13 @@ class Worker:
         self._inflight: set[asyncio.Task[None]] = set()
         self.leases = HeldLeases(self.config.lease_seconds)
         self.windows = WindowGate(self._outbox, self.leases, self.report)
+        self.relay = RelayGate(
+            self._outbox,
+            self.leases,
+            self.report,
+            until_idle=self.config.until_idle,
+            stop=self._stop_for,
+        )
         self.sender = JobSender(
             config=self.config,
             transports=transports,
@@ -95,12 +105,14 @@ class Worker:
             clock=clock,
             leases=self.leases,
             windows=self.windows,
+            relay=self.relay,
             report=self.report,
             stopping=lambda: self.stopping,
             stop_for=self._stop_for,
         )
-        # A transport that cannot be used as configured stops the worker; run() raises it.
-        self.fatal: TransportConfigError | None = None
+        # A transport that cannot be used as configured stops the worker; run() raises it. So
+        # does an unreachable relay with --until-idle (dispatch.relay_circuit).
+        self.fatal: TransportConfigError | RelayUnavailable | None = None
 
     @property
     def outbox(self) -> OutboxClient:
@@ -111,6 +123,7 @@ class Worker:
         # Tests swap in a client that injects faults; every part that writes must see it.
         self._outbox = client
         self.windows.outbox = client
+        self.relay.outbox = client
         self.sender.outbox = client
 
     # ------------------------------------------------------------ control
@@ -124,8 +137,9 @@ class Worker:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def _stop_for(self, error: TransportConfigError) -> None:
-        """Stop because a transport cannot be used as configured; run() raises the first."""
+    def _stop_for(self, error: TransportConfigError | RelayUnavailable) -> None:
+        """Stop because a transport cannot be used as configured (or, with --until-idle, the
+        relay is unreachable); run() raises the first."""
         if self.fatal is None:
             self.fatal = error
         self.stop()
@@ -168,7 +182,8 @@ class Worker:
                 time.monotonic() - dry_since < cfg.poll_interval
             )
             claimed = 0
-            if worth_claiming and not recently_dry:
+            # While the relay is known down, claiming would only hand jobs straight back.
+            if worth_claiming and not recently_dry and not self.relay.holding():
                 claimed = len(await self._claim(room))
                 dry_since = None if claimed else time.monotonic()
             while self._backlog and len(self._inflight) < cfg.concurrency:

@@ -101,6 +101,14 @@ NOTES: dict[str, tuple[str, str]] = {
         "retry's backoff or a wait moved it outside): back to pending with `not_before` at the "
         "window's next opening, without counting the claim.",
     ),
+    "W4": (
+        "worker, when `prepare` cannot reach the relay (`dispatch.relay_circuit`)",
+        "A connection refused, DNS failure, connect timeout, TLS failure, refused greeting, "
+        "EHLO or authentication, or a connection dropped before MAIL is the relay's problem, "
+        "not the recipient's: the claim goes back "
+        "without counting it or an attempt, due when the worker's circuit breaker next tries "
+        "the relay; `relay_status` records the outage and `herald status` shows it.",
+    ),
     "R1": (
         "recovery (any worker's loop, `herald recover`)",
         "A claim whose lease expired before T4: nothing can have been sent, so back to pending.",
@@ -118,7 +126,8 @@ NOTES: dict[str, tuple[str, str]] = {
     "R3": (
         "recovery",
         "A pending job with nothing left to spend (`send_attempts` or `claims` exhausted): a "
-        "dead letter with its full journal.",
+        "dead letter with its full journal; its outcome names the budget that ran out. "
+        "Hand-backs (W1, W2, W4) count neither, so a relay outage cannot exhaust a job.",
     ),
     "R4": (
         "recovery",

@@ -29,9 +29,11 @@ from dispatch.outbox.memory_base import (
     MemoryTx,
     system_clock,
 )
+from dispatch.outbox.memory_relay import MemoryRelayOps
 from dispatch.outbox.memory_worker import MemoryWorkerOps
 from dispatch.outbox.operator import CANCELLED, resolution
 from dispatch.outbox.recovery import (
+    CLAIMS_EXHAUSTED,
     EXHAUSTED,
     EXPIRED_BEFORE_SENDING,
     LOST_IN_SEND,
@@ -42,7 +44,7 @@ from dispatch.outbox.send import in_order
 from dispatch.states import LEASED, State, T, performs
 
 
-class MemoryOutbox(MemoryWorkerOps):
+class MemoryOutbox(MemoryWorkerOps, MemoryRelayOps):
     """Implements ``dispatch.outbox.contract.Outbox[MemoryTx]``: ``MemoryOutbox(clock=…)``."""
 
     # ------------------------------------------------------------ recovery
@@ -97,11 +99,10 @@ class MemoryOutbox(MemoryWorkerOps):
             report.details.append((j.id, j.state, LOST_IN_SEND))
         for j in [j for j in jobs if j.state == State.PENDING.value]:
             if j.send_attempts >= j.max_send_attempts or j.claims >= j.max_claims:
-                self._move(
-                    conn, j, T.EXHAUSTED, actor, EXHAUSTED, outcome_text=EXHAUSTED, outcome_at=now
-                )
+                why = EXHAUSTED if j.send_attempts >= j.max_send_attempts else CLAIMS_EXHAUSTED
+                self._move(conn, j, T.EXHAUSTED, actor, why, outcome_text=why, outcome_at=now)
                 report.dead += 1
-                report.details.append((j.id, j.state, EXHAUSTED))
+                report.details.append((j.id, j.state, why))
         for j in [j for j in jobs if j.state == State.IN_DOUBT.value]:
             if (
                 j.in_doubt_policy == "resend"

@@ -17,6 +17,7 @@ from typing import Any
 from dispatch.models import GLOBAL_SCOPE
 from dispatch.outbox.gate import CAMPAIGN_GATE, CampaignGate
 from dispatch.outbox.jobs import Lease
+from dispatch.outbox.relay import RelayRow
 from dispatch.states import State, Transition
 
 Clock = Callable[[], datetime]
@@ -83,6 +84,7 @@ class _Data:
     campaigns: dict[str, str] = field(default_factory=dict)  # name -> status
     # (mailbox, scope) -> reason; scope is GLOBAL_SCOPE or ``list:<name>``, as in SQL.
     suppressed: dict[tuple[str, str], str] = field(default_factory=dict)
+    relays: dict[str, RelayRow] = field(default_factory=dict)  # relay_status, by relay
     next_id: int = 1
 
 

@@ -16,6 +16,11 @@ EXPIRED_BEFORE_SENDING = "lease expired before sending"
 POISON = "poison: lease expired before sending on every claim"
 LOST_IN_SEND = "lease expired during send"
 EXHAUSTED = "attempts exhausted"
+# Claims run out only for jobs claimed again and again without a send completing (poison, or
+# pre-DATA retries such as greylisting); hand-backs (W1, W2, W4: shutdown, send window, relay
+# outage) never count one. Said as such, so a dead letter with no attempt does not read
+# "attempts exhausted".
+CLAIMS_EXHAUSTED = "claims exhausted: claimed too often without a send"
 POLICY_RESEND = "policy: resend"
 
 
@@ -77,23 +82,27 @@ class RecoveryOps(SqlBase):
         report.in_doubt = len(lost)
         report.details += [(i, T.LOST_IN_SEND.target.value, LOST_IN_SEND) for i, _, _ in lost]
 
-        # R3: pending jobs with nothing left to spend.
-        exhausted = sa.or_(J.send_attempts >= J.max_send_attempts, J.claims >= J.max_claims)
-        stmt = (
-            sa.update(send_job)
-            .where(guard(T.EXHAUSTED), exhausted)
-            .values(
-                state=T.EXHAUSTED.target.value,
-                outcome_text=EXHAUSTED,
-                outcome_at=db_now(),
-                updated_at=db_now(),
+        # R3: pending jobs with nothing left to spend, each with the budget that ran out.
+        attempts_out = J.send_attempts >= J.max_send_attempts
+        for exhausted, why in (
+            (attempts_out, EXHAUSTED),
+            (sa.and_(~attempts_out, J.claims >= J.max_claims), CLAIMS_EXHAUSTED),
+        ):
+            stmt = (
+                sa.update(send_job)
+                .where(guard(T.EXHAUSTED), exhausted)
+                .values(
+                    state=T.EXHAUSTED.target.value,
+                    outcome_text=why,
+                    outcome_at=db_now(),
+                    updated_at=db_now(),
+                )
+                .returning(J.id, J.lease_token)
             )
-            .returning(J.id, J.lease_token)
-        )
-        dead = returned(conn.execute(stmt), EXHAUSTED)
-        journal(conn, T.EXHAUSTED, dead, actor)
-        report.dead += len(dead)
-        report.details += [(i, T.EXHAUSTED.target.value, EXHAUSTED) for i, _, _ in dead]
+            dead = returned(conn.execute(stmt), why)
+            journal(conn, T.EXHAUSTED, dead, actor)
+            report.dead += len(dead)
+            report.details += [(i, T.EXHAUSTED.target.value, why) for i, _, _ in dead]
 
         # R4, channel policy: receivers that dedupe on Idempotency-Key may be sent to again.
         stmt = (

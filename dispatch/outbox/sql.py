@@ -16,10 +16,11 @@ from dispatch.outbox.contract import Outbox
 from dispatch.outbox.operator import OperatorOps
 from dispatch.outbox.reads import ReadOps
 from dispatch.outbox.recovery import RecoveryOps
+from dispatch.outbox.relay import RelayOps
 from dispatch.outbox.send import SendOps
 
 
-class SqlOutbox(ClaimOps, SendOps, RecoveryOps, OperatorOps, ReadOps):
+class SqlOutbox(ClaimOps, SendOps, RelayOps, RecoveryOps, OperatorOps, ReadOps):
     """``SqlOutbox(engine.dialect.name)``: implements ``dispatch.outbox.contract.Outbox``."""
 
 

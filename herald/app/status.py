@@ -11,13 +11,16 @@ Schema (stable; scripts and tests read it; keys are only ever added):
                     "scheduler_note", "pause_reason",
                     "steps": [{"step", "total", "counts": {state: n for every state}}],
                     "totals": {state: n}}],
-     "totals": {state: n}, "due": {bucket: n}, "in_doubt": n, "failed": n}
+     "totals": {state: n}, "due": {bucket: n}, "in_doubt": n, "failed": n,
+     "relays": [{"relay", "state", "since", "last_error", "worker", "updated_at"}]}
 Every state and bucket appears in every mapping, zero included. Times are ISO-8601 UTC
 (``next_fire_local``: the same instant in ``timezone``, the zone of a ``start_at`` or
 ``schedule`` trigger; null for the others), or null. ``trigger_ended``: for those two, whether
 the trigger will fire no more (null: not a timed trigger; false with no ``next_fire``: the
 stored definition could not be read, the next fire is unknown). ``pause_reason``: why the
 campaign paused itself (its ``pause_on_errors`` threshold), null otherwise and once resumed.
+``relays``: every relay a worker ever found unreachable (``relay_status``, by name), ``state``
+``unreachable`` (since ``since``) or ``ok`` (again, since ``since``); empty if none ever was.
 
 ``status`` is the stored one, except that an active campaign whose work is all settled and that
 has nothing more to come shows ``completed``: every job sent, failed or cancelled (one in doubt
@@ -73,6 +76,7 @@ def status(
         fires = fire_summaries(conn, campaign)
         enrollments = enrollment_summaries(conn, campaign)
         histograms = due_histograms(conn, campaign, now)
+        relays = outbox.relay_statuses(conn)
     by_campaign: dict[str, dict[str, dict[str, int]]] = {}
     for name, step, state, n in counts:
         by_campaign.setdefault(name, {}).setdefault(step, zero_counts())[state] = n
@@ -132,6 +136,17 @@ def status(
         "due": due_totals,
         "in_doubt": totals[State.IN_DOUBT.value],
         "failed": totals[State.FAILED.value],
+        "relays": [
+            {
+                "relay": r.relay,
+                "state": r.state,
+                "since": r.since.isoformat(),
+                "last_error": r.last_error,
+                "worker": r.worker,
+                "updated_at": _iso(r.updated_at),
+            }
+            for r in relays
+        ],
     }
 
 

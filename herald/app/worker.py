@@ -13,9 +13,9 @@ from sqlalchemy.engine import Engine
 from campaigns.error_threshold import ErrorThreshold
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.store import OutboxStore
-from dispatch.transport import TransportConfigError
+from dispatch.transport import RelayUnavailable, TransportConfigError
 from dispatch.worker import Worker, WorkerConfig, WorkerReport
-from herald.errors import ConfigError
+from herald.errors import ConfigError, HeraldError
 from herald.transports import build_transports
 
 
@@ -88,6 +88,19 @@ def run_worker(
         return asyncio.run(_run(worker, handle_signals, on_stopping))
     except TransportConfigError as exc:
         raise ConfigError(exc.message, hint=exc.hint) from None
+    except RelayUnavailable as exc:
+        raise relay_down(exc, worker.report) from None
+
+
+class RelayDown(HeraldError):
+    """``--until-idle`` stopped because the relay could not be reached (exit 1: operational,
+    the jobs are fine and will go out once it is back)."""
+
+
+def relay_down(exc: RelayUnavailable, report: WorkerReport) -> RelayDown:
+    """The one line ``herald worker --until-idle`` ends with when the relay is unreachable."""
+    done = "nothing sent" if not report.sent else f"{report.sent} sent before it"
+    return RelayDown(f"{exc.line}; {done}; the rest stay pending, no attempt counted")
 
 
 async def _run(

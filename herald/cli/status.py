@@ -54,6 +54,7 @@ def render(console: Console, snapshot: dict[str, Any]) -> None:
     # which herald.output's consoles never interpret.
     from rich.table import Table
 
+    render_relays(console, snapshot)
     if snapshot["in_doubt"]:
         console.print(
             styled(f"⚠ {snapshot['in_doubt']} message(s) IN DOUBT", "bold yellow"),
@@ -88,6 +89,21 @@ def render(console: Console, snapshot: dict[str, Any]) -> None:
             table.add_row(*cells)
     console.print(table)
     render_schedule(console, snapshot)
+
+
+def render_relays(console: Console, snapshot: dict[str, Any]) -> None:
+    """First of all: a relay that workers cannot reach (nothing goes out until it is back)."""
+    from herald.cli.timefmt import utc_text
+
+    for relay in snapshot.get("relays", []):
+        if relay["state"] != "unreachable":
+            continue
+        since = utc_text(datetime.fromisoformat(relay["since"]))
+        console.print(
+            styled(f"✗ relay unreachable since {since}", "bold red"),
+            f"({relay['relay']}): {relay['last_error'] or 'no detail'} — jobs wait for it,"
+            " no attempt counted",
+        )
 
 
 _LATE = timedelta(minutes=5)

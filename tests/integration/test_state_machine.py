@@ -71,8 +71,11 @@ def test_the_memory_outbox_performs_every_transition_but_campaign_versions() -> 
 
 def test_only_operations_that_change_state_declare_transitions() -> None:
     reads = {"counts", "jobs_in_state", "events", "has_work", "next_due_in", "database_now"}
-    # No state change: a suppression is checked by T4, which settles the job (T4c).
+    reads |= {"relay_statuses"}
+    # No state change: a suppression is checked by T4, which settles the job (T4c);
+    # record_relay writes relay_status only.
     others = {"heartbeat", "lease_state", "lease_rows", "suppress", "suppress_many", "unsuppress"}
+    others |= {"record_relay"}
     for name, transitions in operations(SqlOutbox).items():
         if name in reads | others:
             assert transitions == (), name
@@ -106,6 +109,16 @@ def test_the_automatic_resend_is_its_own_edge_not_an_operators() -> None:
     assert T.POLICY_RESEND.edges() == {(State.IN_DOUBT, State.PENDING)}
     assert T.POLICY_RESEND in declared(SqlOutbox.recover)
     assert T.RESOLVE_RESEND not in declared(SqlOutbox.recover)
+
+
+def test_a_relay_outage_is_its_own_uncounted_hand_back() -> None:
+    # W4, like W1 and W2: the worker gives back a claim it did not start, for a reason that is
+    # not the job's. Its own code, so the journal says why (and R3 cannot blame the job).
+    assert T.RELAY_UNAVAILABLE.code == "W4"
+    assert T.RELAY_UNAVAILABLE.actor is ActorKind.WORKER
+    assert T.RELAY_UNAVAILABLE.edges() == {(State.CLAIMED, State.PENDING)}
+    assert declared(SqlOutbox.relay_unavailable_claims) == (T.RELAY_UNAVAILABLE,)
+    assert declared(MemoryOutbox.relay_unavailable_claims) == (T.RELAY_UNAVAILABLE,)
 
 
 def test_a_transition_refuses_a_source_it_does_not_have() -> None:
@@ -239,6 +252,16 @@ class OutboxMachine(RuleBasedStateMachine):
     def outside_window(self, data: st.DataObject, due: datetime) -> None:
         deferrals = [Deferral(lease, due) for lease in self.pick(data)]
         self.do(self.h.outbox.defer_claims, deferrals, actor="w")
+
+    @rule(data=st.data(), retry_in=st.sampled_from([0.0, 30.0]))
+    def relay_unavailable(self, data: st.DataObject, retry_in: float) -> None:
+        self.do(
+            self.h.outbox.relay_unavailable_claims,
+            self.pick(data),
+            retry_in=retry_in,
+            why="relay unreachable: connection refused (smtp://relay:25)",
+            actor="w",
+        )
 
     @rule(keys=st.lists(st.sampled_from(KEYS), max_size=3, unique=True))
     def withdraw(self, keys: list[str]) -> None:
