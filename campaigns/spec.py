@@ -9,6 +9,7 @@ A campaign file looks like this:
     max_attempts: 5                       # optional, 1..20
     list: newsletter                      # optional: what an unsubscribe leaves (default: name)
     transactional: false                  # optional: receipts etc. carry no unsubscribe link
+    rate: 50/s                            # optional: at most this fast (also /m, /h)
     timezone: Europe/Berlin               # optional: the zone wall times are read in
     steps:
       - id: welcome
@@ -63,6 +64,7 @@ from campaigns.spec_files import audience_digest, shown_path, template_digests
 from campaigns.spec_files import campaign_hash as campaign_hash  # re-exported
 from campaigns.spec_http import UrlAudience as UrlAudience
 from campaigns.spec_http import WebhookStepSpec as WebhookStepSpec
+from campaigns.spec_rate import RateField
 from campaigns.spec_schedule import AT_ZONE_HINT, TriggerKind, ZoneName
 from campaigns.spec_schedule import ScheduleSpec as ScheduleSpec
 from campaigns.spec_schedule import WindowSpec as WindowSpec
@@ -123,6 +125,8 @@ class CampaignSpec(BaseModel):
     # no unsubscribe link and obeys only global suppression (bounces, complaints, manual).
     list_name: str | None = Field(default=None, alias="list")
     transactional: Annotated[bool, Strict()] = False
+    # How fast this campaign's messages may go out, all workers together (spec_rate).
+    rate: RateField | None = None
 
     @property
     def suppression_scope(self) -> str:

@@ -110,6 +110,9 @@ class T:
     RELEASE = _t("W1", "release claim", [S.CLAIMED], S.PENDING, A.WORKER)
     # A claim whose send window is closed goes back until the window opens (not counted).
     OUTSIDE_WINDOW = _t("W2", "outside send window", [S.CLAIMED], S.PENDING, A.WORKER)
+    # A claim that got no slot of its campaign's or domain's rate limit goes back until its
+    # slot (not counted).
+    RATE_LIMITED = _t("W3", "rate limited", [S.CLAIMED], S.PENDING, A.WORKER)
     EXPIRED_CLAIM = _t("R1", "lease expired before sending", [S.CLAIMED], S.PENDING, A.RECOVERY)
     POISON = _t("R1p", "poison", [S.CLAIMED], S.FAILED, A.RECOVERY)
     LOST_IN_SEND = _t("R2", "lease lost in send", [S.SENDING], S.IN_DOUBT, A.RECOVERY)

@@ -8,7 +8,9 @@ typed ``OutboxClient``, and tells its ``Instrumentation`` (a no-op unless a test
 each named point of a send.
 
 A job whose send window (``dispatch.send_windows``) is closed on the worker's clock, when it is
-claimed or when its send starts, is handed back until the window opens (W2), uncounted.
+claimed or when its send starts, is handed back until the window opens (W2), uncounted; one
+that gets no slot of its campaign's or domain's rate limit, until its slot (W3,
+``dispatch.rate_gate``).
 
 This module is the loops: claiming, heartbeats, recovery, shutdown. One job's send is
 ``dispatch.job_send.JobSender``; the leases held, ``dispatch.held_leases``; W2,
@@ -33,6 +35,7 @@ from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
 from dispatch.outbox_client import OutboxClient
+from dispatch.rate_gate import RateGate
 from dispatch.store import ClaimedJob, OutboxStore
 from dispatch.transport import Transport, TransportConfigError
 from dispatch.window_gate import WindowGate
@@ -83,6 +86,7 @@ class Worker:
         self._inflight: set[asyncio.Task[None]] = set()
         self.leases = HeldLeases(self.config.lease_seconds)
         self.windows = WindowGate(self._outbox, self.leases, self.report)
+        self.rates = RateGate(self.committer, self.leases, self.report, self.config.domain_rates)
         self.sender = JobSender(
             config=self.config,
             transports=transports,
@@ -91,6 +95,7 @@ class Worker:
             clock=clock,
             leases=self.leases,
             windows=self.windows,
+            rates=self.rates,
             report=self.report,
             stopping=lambda: self.stopping,
             stop_for=self._stop_for,
@@ -205,7 +210,7 @@ class Worker:
         self.report.claimed += len(jobs)
         if jobs:
             await self.instrumentation.after_claim_commit(jobs)
-        ready = await self.windows.admit(jobs, self.clock())
+        ready = await self.rates.admit(await self.windows.admit(jobs, self.clock()))
         self._backlog.extend(ready)
         return ready
 

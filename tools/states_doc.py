@@ -100,6 +100,13 @@ NOTES: dict[str, tuple[str, str]] = {
         "retry's backoff or a wait moved it outside): back to pending with `not_before` at the "
         "window's next opening, without counting the claim.",
     ),
+    "W3": (
+        "worker, right after the claim (dispatch.rate_gate)",
+        "The job's campaign (`rate:`) or recipient domain (defaults, `HERALD_DOMAIN_RATES`) "
+        "has no slot free now in the shared `rate_limit` cell: back to pending with "
+        "`not_before` at its estimated slot, without counting the claim or an attempt, so the "
+        "worker keeps sending to other domains.",
+    ),
     "R1": (
         "recovery (any worker's loop, `herald recover`)",
         "A claim whose lease expired before T4: nothing can have been sent, so back to pending.",

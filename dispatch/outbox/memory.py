@@ -28,6 +28,7 @@ from dispatch.outbox.memory_base import (
     MemoryTx,
     system_clock,
 )
+from dispatch.outbox.memory_rates import MemoryRateOps
 from dispatch.outbox.memory_worker import MemoryWorkerOps
 from dispatch.outbox.operator import CANCELLED, resolution
 from dispatch.outbox.recovery import (
@@ -41,7 +42,7 @@ from dispatch.outbox.send import in_order
 from dispatch.states import LEASED, State, T, performs
 
 
-class MemoryOutbox(MemoryWorkerOps):
+class MemoryOutbox(MemoryRateOps, MemoryWorkerOps):
     """Implements ``dispatch.outbox.contract.Outbox[MemoryTx]``: ``MemoryOutbox(clock=…)``."""
 
     # ------------------------------------------------------------ recovery

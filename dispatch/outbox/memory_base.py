@@ -80,6 +80,7 @@ class _Data:
     events: list[MemEvent] = field(default_factory=list)
     campaigns: dict[str, str] = field(default_factory=dict)  # name -> status
     suppressed: dict[str, str] = field(default_factory=dict)  # mailbox -> reason
+    rates: dict[str, Any] = field(default_factory=dict)  # key -> memory_rates.MemRateCell
     next_id: int = 1
 
 

@@ -14,12 +14,13 @@ import sqlalchemy as sa
 from dispatch.outbox.claim import ClaimOps
 from dispatch.outbox.contract import Outbox
 from dispatch.outbox.operator import OperatorOps
+from dispatch.outbox.rates import RateOps
 from dispatch.outbox.reads import ReadOps
 from dispatch.outbox.recovery import RecoveryOps
 from dispatch.outbox.send import SendOps
 
 
-class SqlOutbox(ClaimOps, SendOps, RecoveryOps, OperatorOps, ReadOps):
+class SqlOutbox(ClaimOps, SendOps, RateOps, RecoveryOps, OperatorOps, ReadOps):
     """``SqlOutbox(engine.dialect.name)``: implements ``dispatch.outbox.contract.Outbox``."""
 
 

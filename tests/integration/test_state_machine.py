@@ -71,7 +71,9 @@ def test_the_memory_outbox_performs_every_transition_but_campaign_versions() -> 
 
 def test_only_operations_that_change_state_declare_transitions() -> None:
     reads = {"counts", "jobs_in_state", "events", "has_work", "next_due_in", "database_now"}
+    reads |= {"rate_limits"}
     others = {"heartbeat", "lease_state", "lease_rows", "suppress"}  # no state change
+    others |= {"acquire_slots", "set_rates", "slow_down"}  # rate cells, not jobs
     for name, transitions in operations(SqlOutbox).items():
         if name in reads | others:
             assert transitions == (), name
@@ -234,6 +236,14 @@ class OutboxMachine(RuleBasedStateMachine):
     def outside_window(self, data: st.DataObject, due: datetime) -> None:
         deferrals = [Deferral(lease, due) for lease in self.pick(data)]
         self.do(self.h.outbox.defer_claims, deferrals, actor="w")
+
+    @rule(
+        data=st.data(),
+        due=st.sampled_from([datetime(2026, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)]),
+    )
+    def rate_limited(self, data: st.DataObject, due: datetime) -> None:
+        deferrals = [Deferral(lease, due) for lease in self.pick(data)]
+        self.do(self.h.outbox.rate_limited_claims, deferrals, actor="w")
 
     @rule(keys=st.lists(st.sampled_from(KEYS), max_size=3, unique=True))
     def withdraw(self, keys: list[str]) -> None:
