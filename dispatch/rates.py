@@ -5,7 +5,7 @@ GCRA cell per limited key in the ``rate_limit`` table (``dispatch.outbox.rates``
 holds a *theoretical arrival time* (TAT), and a send may start when ``TAT - now <= tolerance``,
 moving TAT to ``max(TAT, now) + interval``. The functions here are that arithmetic on plain
 floats (seconds), the single definition the SQL mirrors and the property test checks: in any
-window of length ``t`` no more than ``rate * t + burst`` sends are allowed.
+window of length ``t`` no more than ``rate * (t + EPSILON) + burst`` sends are allowed.
 
 The burst is one second's worth of sends (at least one): ``20/s`` may send 20 at once after a
 quiet spell, then one every 50 ms. A slower limit (``100/h``) has a burst of one.

@@ -5,6 +5,8 @@ rest back, uncounted), a job under no limit costs no statement, a 451 slows its 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from campaigns.control import register
+from campaigns.spec import load_campaign
 from dispatch.models import rate_limit
 from dispatch.rates import burst
 from dispatch.smtp import SmtpConfig, SmtpTransport
@@ -22,6 +26,7 @@ from dispatch.store import OutboxStore
 from dispatch.worker import Worker, WorkerConfig
 from tests.support.campaign_files import fast_config
 from tests.support.factories import launch, write_yaml
+from tests.support.paths import HERALD
 from tests.support.smtp_server import Fault, LedgerSMTPServer
 
 
@@ -150,3 +155,43 @@ def test_a_451_slows_only_its_own_domain(tmp_path: Path, engine: Engine) -> None
     until = cells["domain:slow.test"].factor_until
     assert until is not None
     assert 540 < (until - datetime.now(UTC)).total_seconds() <= 601  # ten minutes
+
+
+def test_launch_writes_the_campaign_limit_and_a_new_version_changes_or_removes_it(
+    tmp_path: Path, engine: Engine
+) -> None:
+    def limits() -> dict[str, float]:
+        with engine.connect() as conn:
+            return OutboxStore(engine.dialect.name).rate_limits(conn, "campaign:")
+
+    folder = tmp_path / "versions"
+    launch(engine, campaign(folder, ["a@example.com"], "300/m"))
+    assert limits() == {"campaign:versions": 5.0}
+    register(engine, load_campaign(campaign(folder, ["a@example.com"], "2/s")),
+             now=datetime.now(UTC), force_new_version=True)  # fmt: skip
+    assert limits() == {"campaign:versions": 2.0}
+    register(engine, load_campaign(campaign(folder, ["a@example.com"])),
+             now=datetime.now(UTC), force_new_version=True)  # fmt: skip
+    assert limits() == {}
+
+
+def test_an_unreadable_domain_rate_setting_stops_the_worker_with_one_line(db_url: str) -> None:
+    result = subprocess.run(
+        [
+            str(HERALD),
+            "worker",
+            "--until-idle",
+            "--database-url",
+            db_url,
+            "--smtp-url",
+            "smtp://127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HERALD_DOMAIN_RATES": "gmail.com=fast"},
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "HERALD_DOMAIN_RATES: gmail.com: invalid rate 'fast'" in result.stderr
+    assert "Traceback" not in result.stderr
