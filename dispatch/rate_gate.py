@@ -11,8 +11,9 @@ A job under no limit costs nothing here: which campaigns have a limit is read at
 a claim brings a campaign not seen before, and every ``refresh_seconds``, never per job.
 
 A 421, 451 or 454 reply from a limited domain halves that domain's rate for a while
-(``SlowDown``, in its own short transaction, as is the refresh: a transaction that moves rate
-cells takes them in sorted order, and these would break the order).
+(``observe``). The slowdown and the refresh run in their own short transactions, not the
+group commit's: a transaction that moves rate cells must take them in sorted order (so
+PostgreSQL's row locks never wait in a cycle), and these would break that order.
 """
 
 from __future__ import annotations

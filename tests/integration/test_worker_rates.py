@@ -76,8 +76,9 @@ def test_a_campaign_rate_paces_its_sends_and_hands_back_the_rest_uncounted(
     assert all(row.send_attempts == 1 for row in rows)  # a hand-back used no attempt
     assert worker.report.rate_limited > 0
     started = [row.send_started_at for row in rows]
-    # At most the burst (4) plus the rate in any window: 4 + 4 * 1 in one second.
-    assert most_in_any_window(started, 1.0) <= burst(4) + 4
+    # Slots: at most the burst (4) plus the rate in any window, 4 + 4 * 1 in one second; a
+    # send starts (T4) a moment after its slot, so one more may share a window.
+    assert most_in_any_window(started, 1.0) <= burst(4) + 4 + 1
     span = (max(started) - min(started)).total_seconds()
     assert span >= (12 - burst(4)) / 4 - 0.1  # 8 after the burst, at 4/s
     with engine.connect() as conn:
@@ -102,7 +103,7 @@ def test_a_domain_limit_slows_that_domain_while_others_go_at_once(
     by_domain: dict[str, list[datetime]] = {}
     for row in rows:
         by_domain.setdefault(row.recipient.rpartition("@")[2], []).append(row.send_started_at)
-    assert most_in_any_window(by_domain["slow.test"], 1.0) <= burst(2) + 2
+    assert most_in_any_window(by_domain["slow.test"], 1.0) <= burst(2) + 2 + 1
     slow_span = max(by_domain["slow.test"]) - min(by_domain["slow.test"])
     assert slow_span.total_seconds() >= (8 - 2) / 2 - 0.1
     # The other domain was not held up behind it: done before the slow one was half done.
