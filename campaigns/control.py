@@ -17,6 +17,7 @@ from sqlalchemy.engine import Engine
 from campaigns.errors import CampaignError
 from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignRow, CampaignStore
+from dispatch.rates import campaign_key
 from dispatch.store import OutboxStore
 
 
@@ -73,6 +74,10 @@ def register(
             source_path=source_path,
             trigger=trigger,
         )
+        # The definition that ends up stored (this one, or a conflict rolls it all back) sets
+        # the limit every worker shares.
+        rate = None if loaded.spec.rate is None else loaded.spec.rate.per_second
+        OutboxStore(engine.dialect.name).set_rates(conn, {campaign_key(name): rate})
         if row.spec_hash == loaded.spec_hash:
             if not created and row.source_path != source_path:
                 # The same definition from another place (its folder moved): read it there.

@@ -10,6 +10,7 @@ A campaign file looks like this:
     list: newsletter                      # optional: what an unsubscribe leaves (default: name)
     transactional: false                  # optional: receipts etc. carry no unsubscribe link
     pause_on_errors: {ratio: 0.2, over: 100, min: 20}   # optional (the default); or off
+    rate: 50/s                            # optional: at most this fast (also /m, /h)
     timezone: Europe/Berlin               # optional: the zone wall times are read in
     steps:
       - id: welcome
@@ -66,6 +67,7 @@ from campaigns.spec_files import campaign_hash as campaign_hash  # re-exported
 from campaigns.spec_http import UrlAudience as UrlAudience
 from campaigns.spec_http import WebhookStepSpec as WebhookStepSpec
 from campaigns.spec_pause import DEFAULT_PAUSE_ON_ERRORS, PauseOnErrors, pause_setting
+from campaigns.spec_rate import RateField
 from campaigns.spec_schedule import AT_ZONE_HINT, TriggerKind, ZoneName
 from campaigns.spec_schedule import ScheduleSpec as ScheduleSpec
 from campaigns.spec_schedule import WindowSpec as WindowSpec
@@ -130,6 +132,8 @@ class CampaignSpec(BaseModel):
     pause_on_errors: Annotated[PauseOnErrors | None, BeforeValidator(pause_setting)] = (
         DEFAULT_PAUSE_ON_ERRORS
     )
+    # How fast this campaign's messages may go out, all workers together (spec_rate).
+    rate: RateField | None = None
 
     @property
     def suppression_scope(self) -> str:

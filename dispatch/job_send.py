@@ -19,6 +19,7 @@ from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import Instrumentation
 from dispatch.outbox_client import OutboxClient
 from dispatch.outcome_completion import completion_for
+from dispatch.rate_gate import RateGate
 from dispatch.relay_circuit import RelayGate
 from dispatch.send_windows import UnreadableWindow, closed_until
 from dispatch.states import State
@@ -46,6 +47,7 @@ class JobSender:
         report: WorkerReport,
         stopping: Callable[[], bool],
         stop_for: Callable[[TransportConfigError], None],
+        rates: RateGate | None = None,
     ) -> None:
         """``stopping`` says whether the worker is shutting down (claims not yet at T4 are
         then released); ``stop_for`` stops it because a transport cannot be used as
@@ -61,6 +63,7 @@ class JobSender:
         self.report = report
         self.stopping = stopping
         self.stop_for = stop_for
+        self.rates = rates  # told every outcome: a 421 slows the recipient's domain down
         self.past_t4: set[int] = set()  # jobs between their T4 commit and the end of the send
 
     async def send(self, job: ClaimedJob) -> None:
@@ -173,6 +176,8 @@ class JobSender:
             self.report.released += len(released)
 
     async def _finish(self, job: ClaimedJob, outcome: Outcome, *, before_data: bool) -> None:
+        if self.rates is not None:
+            await self.rates.observe(job, outcome)
         completion = completion_for(
             job, outcome, before_data=before_data, retry_base=self.config.retry_base_seconds
         )

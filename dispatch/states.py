@@ -110,6 +110,9 @@ class T:
     RELEASE = _t("W1", "release claim", [S.CLAIMED], S.PENDING, A.WORKER)
     # A claim whose send window is closed goes back until the window opens (not counted).
     OUTSIDE_WINDOW = _t("W2", "outside send window", [S.CLAIMED], S.PENDING, A.WORKER)
+    # A claim that got no slot of its campaign's or domain's rate limit goes back until its
+    # slot (not counted).
+    RATE_LIMITED = _t("W3", "rate limited", [S.CLAIMED], S.PENDING, A.WORKER)
     # The relay is unreachable (refused, DNS, TLS, auth, timeout): not the job's fault, so the
     # claim goes back uncounted, due when the worker's circuit breaker next tries the relay.
     RELAY_UNAVAILABLE = _t("W4", "relay unavailable", [S.CLAIMED], S.PENDING, A.WORKER)

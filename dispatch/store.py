@@ -16,6 +16,7 @@ from dispatch.outbox.jobs import (
     LeaseRow,
     NewJob,
     RecoveryReport,
+    SlotAsk,
     payload_hash,
 )
 from dispatch.outbox.sql import SqlOutbox
@@ -31,6 +32,7 @@ __all__ = [
     "NewJob",
     "OutboxStore",
     "RecoveryReport",
+    "SlotAsk",
     "payload_hash",
     "utc",
 ]

@@ -8,9 +8,11 @@ typed ``OutboxClient``, and tells its ``Instrumentation`` (a no-op unless a test
 each named point of a send.
 
 A job whose send window (``dispatch.send_windows``) is closed on the worker's clock, when it is
-claimed or when its send starts, is handed back until the window opens (W2), uncounted. A relay
-that cannot be reached is not the jobs' fault either: ``dispatch.relay_circuit`` hands them back
-uncounted (W4) and holds claims while its circuit breaker is open.
+claimed or when its send starts, is handed back until the window opens (W2), uncounted; one
+that gets no slot of its campaign's or domain's rate limit, until its slot (W3,
+``dispatch.rate_gate``). A relay that cannot be reached is not the jobs' fault either:
+``dispatch.relay_circuit`` hands them back uncounted (W4) and holds claims while its circuit
+breaker is open.
 
 This module is the loops: claiming, heartbeats, recovery, shutdown. One job's send is
 ``dispatch.job_send.JobSender``; the leases held, ``dispatch.held_leases``; W2,
@@ -36,6 +38,7 @@ from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
 from dispatch.outbox_client import OutboxClient
+from dispatch.rate_gate import RateGate
 from dispatch.relay_circuit import RelayGate
 from dispatch.store import ClaimedJob, OutboxStore
 from dispatch.transport import RelayUnavailable, Transport, TransportConfigError
@@ -90,6 +93,7 @@ class Worker:
         self._inflight: set[asyncio.Task[None]] = set()
         self.leases = HeldLeases(self.config.lease_seconds)
         self.windows = WindowGate(self._outbox, self.leases, self.report)
+        self.rates = RateGate(self.committer, self.leases, self.report, self.config.domain_rates)
         self.relay = RelayGate(
             self._outbox,
             self.leases,
@@ -105,6 +109,7 @@ class Worker:
             clock=clock,
             leases=self.leases,
             windows=self.windows,
+            rates=self.rates,
             relay=self.relay,
             report=self.report,
             stopping=lambda: self.stopping,
@@ -224,7 +229,7 @@ class Worker:
         self.report.claimed += len(jobs)
         if jobs:
             await self.instrumentation.after_claim_commit(jobs)
-        ready = await self.windows.admit(jobs, self.clock())
+        ready = await self.rates.admit(await self.windows.admit(jobs, self.clock()))
         self._backlog.extend(ready)
         return ready
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dispatch.backoff import BASE_DELAY
+from dispatch.rates import DEFAULT_DOMAIN_RATES, parse_rate
 
 
 def default_owner() -> str:
@@ -28,6 +30,12 @@ class WorkerConfig:
     until_idle: bool = False
     idle_horizon_seconds: float = 60.0  # --until-idle waits for jobs due within this
     owner: str = field(default_factory=default_owner)
+    # Sends per second by recipient domain, shared by all workers (dispatch.rate_gate).
+    domain_rates: Mapping[str, float] = field(
+        default_factory=lambda: {
+            d: parse_rate(r).per_second for d, r in DEFAULT_DOMAIN_RATES.items()
+        }
+    )
 
     @property
     def heartbeat_interval(self) -> float:

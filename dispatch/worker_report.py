@@ -16,6 +16,7 @@ class WorkerReport:
     in_doubt: int = 0
     released: int = 0
     outside_window: int = 0  # claims handed back until their send window opens (W2)
+    rate_limited: int = 0  # claims handed back until a slot of their rate limit (W3)
     relay_unavailable: int = 0  # claims handed back because the relay was unreachable (W4)
     lost_leases: int = 0
     recovered: int = 0

@@ -101,6 +101,13 @@ NOTES: dict[str, tuple[str, str]] = {
         "retry's backoff or a wait moved it outside): back to pending with `not_before` at the "
         "window's next opening, without counting the claim.",
     ),
+    "W3": (
+        "worker, right after the claim (dispatch.rate_gate)",
+        "The job's campaign (`rate:`) or recipient domain (defaults, `HERALD_DOMAIN_RATES`) "
+        "has no slot free now in the shared `rate_limit` cell: back to pending with "
+        "`not_before` at its estimated slot, without counting the claim or an attempt, so the "
+        "worker keeps sending to other domains.",
+    ),
     "W4": (
         "worker, when `prepare` cannot reach the relay (`dispatch.relay_circuit`)",
         "A connection refused, DNS failure, connect timeout, TLS failure, refused greeting, "

@@ -21,6 +21,7 @@ from dispatch.outbox.jobs import (
     LeaseRow,
     NewJob,
     RecoveryReport,
+    SlotAsk,
     payload_hash,
 )
 from dispatch.outbox.memory import MemoryOutbox, MemoryTx
@@ -39,6 +40,7 @@ __all__ = [
     "NewJob",
     "Outbox",
     "RecoveryReport",
+    "SlotAsk",
     "SqlOutbox",
     "payload_hash",
 ]

@@ -17,7 +17,7 @@ implementation gives (tests/test_outbox_contract.py checks them on memory, SQLit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -29,6 +29,7 @@ from dispatch.outbox.jobs import (
     LeaseRow,
     NewJob,
     RecoveryReport,
+    SlotAsk,
 )
 from dispatch.outbox.relay import RelayRow
 from dispatch.states import State
@@ -92,6 +93,14 @@ class Outbox(Protocol[Tx]):
         self, conn: Tx, leases: Sequence[Lease], *, retry_in: float, why: str, actor: str
     ) -> set[int]: ...
     def lease_state(self, conn: Tx, leases: Sequence[Lease]) -> dict[int, str]: ...
+    # shared rate limits (dispatch.outbox.rates): slots, W3, the cells
+    def acquire_slots(self, conn: Tx, asks: Sequence[SlotAsk]) -> dict[int, datetime]: ...
+    def rate_limited_claims(
+        self, conn: Tx, deferrals: Sequence[Deferral], *, actor: str
+    ) -> set[int]: ...
+    def set_rates(self, conn: Tx, limits: Mapping[str, float | None]) -> None: ...
+    def rate_limits(self, conn: Tx, prefix: str = "") -> dict[str, float]: ...
+    def slow_down(self, conn: Tx, key: str) -> float | None: ...
     def lease_rows(self, conn: Tx, leases: Sequence[Lease]) -> dict[int, LeaseRow]: ...
 
     # --- relay outages (dispatch.outbox.relay)

@@ -93,6 +93,15 @@ class Deferral:
 
 
 @dataclass(frozen=True)
+class SlotAsk:
+    """A claimed job that may start only with a slot of each of ``keys`` (its campaign's and
+    its recipient domain's rate limits, those that apply: ``dispatch.rates``)."""
+
+    lease: Lease
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Completion:
     """The result of a worker-side transition request for one lease."""
 

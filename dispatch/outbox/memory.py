@@ -29,6 +29,7 @@ from dispatch.outbox.memory_base import (
     MemoryTx,
     system_clock,
 )
+from dispatch.outbox.memory_rates import MemoryRateOps
 from dispatch.outbox.memory_relay import MemoryRelayOps
 from dispatch.outbox.memory_worker import MemoryWorkerOps
 from dispatch.outbox.operator import CANCELLED, resolution
@@ -44,7 +45,7 @@ from dispatch.outbox.send import in_order
 from dispatch.states import LEASED, State, T, performs
 
 
-class MemoryOutbox(MemoryWorkerOps, MemoryRelayOps):
+class MemoryOutbox(MemoryRateOps, MemoryWorkerOps, MemoryRelayOps):
     """Implements ``dispatch.outbox.contract.Outbox[MemoryTx]``: ``MemoryOutbox(clock=…)``."""
 
     # ------------------------------------------------------------ recovery

@@ -85,6 +85,7 @@ class _Data:
     # (mailbox, scope) -> reason; scope is GLOBAL_SCOPE or ``list:<name>``, as in SQL.
     suppressed: dict[tuple[str, str], str] = field(default_factory=dict)
     relays: dict[str, RelayRow] = field(default_factory=dict)  # relay_status, by relay
+    rates: dict[str, Any] = field(default_factory=dict)  # key -> memory_rates.MemRateCell
     next_id: int = 1
 
 

@@ -6,12 +6,13 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
 from campaigns.error_threshold import ErrorThreshold
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.rates import RateError, parse_domain_rates
 from dispatch.store import OutboxStore
 from dispatch.transport import RelayUnavailable, TransportConfigError
 from dispatch.worker import Worker, WorkerConfig, WorkerReport
@@ -62,14 +63,26 @@ def build_worker(
     (tests/chaos/worker.py) uses to add crash points or a naive store; the CLI passes neither.
     """
     transports = build_transports(smtp_url, environ, instrumentation=instrumentation)
+    config = replace(options.config(), domain_rates=domain_rates(environ))
     return Worker(
         engine,
         transports,
-        options.config(),
+        config,
         instrumentation=instrumentation,
         store=store,
         failure_watch=ErrorThreshold(),
     )
+
+
+def domain_rates(environ: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Sends per second by recipient domain: the defaults and ``HERALD_DOMAIN_RATES``
+    (docs/deliverability/rate-limits.md); ConfigError for a value that cannot be read."""
+    env = os.environ if environ is None else environ
+    try:
+        rates = parse_domain_rates(env.get("HERALD_DOMAIN_RATES"))
+    except RateError as exc:
+        raise ConfigError(f"HERALD_DOMAIN_RATES: {exc}", hint=exc.hint) from None
+    return {domain: rate.per_second for domain, rate in rates.items()}
 
 
 def run_worker(

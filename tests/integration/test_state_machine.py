@@ -76,6 +76,8 @@ def test_only_operations_that_change_state_declare_transitions() -> None:
     # record_relay writes relay_status only.
     others = {"heartbeat", "lease_state", "lease_rows", "suppress", "suppress_many", "unsuppress"}
     others |= {"record_relay"}
+    reads |= {"rate_limits"}
+    others |= {"acquire_slots", "set_rates", "slow_down"}  # rate cells, not jobs
     for name, transitions in operations(SqlOutbox).items():
         if name in reads | others:
             assert transitions == (), name
@@ -262,6 +264,14 @@ class OutboxMachine(RuleBasedStateMachine):
             why="relay unreachable: connection refused (smtp://relay:25)",
             actor="w",
         )
+
+    @rule(
+        data=st.data(),
+        due=st.sampled_from([datetime(2026, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)]),
+    )
+    def rate_limited(self, data: st.DataObject, due: datetime) -> None:
+        deferrals = [Deferral(lease, due) for lease in self.pick(data)]
+        self.do(self.h.outbox.rate_limited_claims, deferrals, actor="w")
 
     @rule(keys=st.lists(st.sampled_from(KEYS), max_size=3, unique=True))
     def withdraw(self, keys: list[str]) -> None:

@@ -1,0 +1,198 @@
+"""The worker under shared rate limits (dispatch.rate_gate), through a real SMTP server, on
+SQLite and PostgreSQL: a campaign's `rate:` and a domain's limit pace the sends (W3 hands the
+rest back, uncounted), a job under no limit costs no statement, a 451 slows its domain only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from campaigns.control import register
+from campaigns.spec import load_campaign
+from dispatch.models import rate_limit
+from dispatch.rates import burst
+from dispatch.smtp import SmtpConfig, SmtpTransport
+from dispatch.states import State, is_valid_path
+from dispatch.store import OutboxStore
+from dispatch.worker import Worker, WorkerConfig
+from tests.support.campaign_files import fast_config
+from tests.support.factories import launch, write_yaml
+from tests.support.paths import HERALD
+from tests.support.smtp_server import Fault, LedgerSMTPServer
+
+
+def campaign(folder: Path, recipients: list[str], rate: str | None = None) -> Path:
+    lines = [
+        f"name: {folder.name}",
+        "from: news@herald.test",
+        *([f"rate: {rate}"] if rate else []),
+        "audience:",
+        *(f"  - {r}" for r in recipients),
+        "steps:",
+        "  - id: hello",
+        "    subject: Hello",
+        "    text: Hello there",
+    ]
+    return write_yaml(folder, "\n".join(lines) + "\n")
+
+
+def run(engine: Engine, server: LedgerSMTPServer, config: WorkerConfig) -> Worker:
+    transport = SmtpTransport(
+        SmtpConfig(host=server.host, port=server.port, command_timeout=10, data_timeout=10)
+    )
+    worker = Worker(engine, {"email": transport}, config)
+    asyncio.run(worker.run())
+    return worker
+
+
+def sent_rows(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return OutboxStore(engine.dialect.name).jobs_in_state(conn, State.SENT)
+
+
+def most_in_any_window(moments: list[datetime], seconds: float) -> int:
+    times = sorted(m.timestamp() for m in moments)
+    return max(sum(1 for t in times[i:] if t - first <= seconds) for i, first in enumerate(times))
+
+
+def test_a_campaign_rate_paces_its_sends_and_hands_back_the_rest_uncounted(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    recipients = [f"r{i}@example.com" for i in range(12)]
+    assert launch(engine, campaign(tmp_path / "paced", recipients, "4/s")).new_jobs == 12
+    worker = run(engine, smtp_server, fast_config(concurrency=10))
+    rows = sent_rows(engine)
+    assert len(rows) == 12
+    assert Counter(smtp_server.accepted_ids()).most_common(1)[0][1] == 1
+    assert all(row.send_attempts == 1 for row in rows)  # a hand-back used no attempt
+    assert worker.report.rate_limited > 0
+    started = [row.send_started_at for row in rows]
+    # Slots: at most the burst (4) plus the rate in any window, 4 + 4 * 1 in one second; a
+    # send starts (T4) a moment after its slot, so one more may share a window.
+    assert most_in_any_window(started, 1.0) <= burst(4) + 4 + 1
+    span = (max(started) - min(started)).total_seconds()
+    assert span >= (12 - burst(4)) / 4 - 0.1  # 8 after the burst, at 4/s
+    with engine.connect() as conn:
+        events = OutboxStore(engine.dialect.name).events(conn)
+    paths: dict[int, list[tuple[str | None, str]]] = {}
+    for e in events:
+        paths.setdefault(e.job_id, []).append((e.from_state, e.to_state))
+    assert all(is_valid_path(p) for p in paths.values())
+    assert any(e.detail and e.detail.startswith("rate limited; due") for e in events)
+
+
+def test_a_domain_limit_slows_that_domain_while_others_go_at_once(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    slow = [f"s{i}@slow.test" for i in range(8)]
+    fast = [f"f{i}@fast.test" for i in range(8)]
+    assert launch(engine, campaign(tmp_path / "mixed", slow + fast)).new_jobs == 16
+    config = fast_config(concurrency=10, domain_rates={"slow.test": 2.0})
+    run(engine, smtp_server, config)
+    rows = sent_rows(engine)
+    assert len(rows) == 16
+    by_domain: dict[str, list[datetime]] = {}
+    for row in rows:
+        by_domain.setdefault(row.recipient.rpartition("@")[2], []).append(row.send_started_at)
+    assert most_in_any_window(by_domain["slow.test"], 1.0) <= burst(2) + 2 + 1
+    slow_span = max(by_domain["slow.test"]) - min(by_domain["slow.test"])
+    assert slow_span.total_seconds() >= (8 - 2) / 2 - 0.1
+    # The other domain was not held up behind it: done before the slow one was half done.
+    assert max(by_domain["fast.test"]) < sorted(by_domain["slow.test"])[4]
+
+
+def test_no_statement_about_rates_for_jobs_under_no_limit(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    recipients = [f"r{i}@example.com" for i in range(40)]
+    assert launch(engine, campaign(tmp_path / "plain", recipients)).new_jobs == 40
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        worker = run(engine, smtp_server, fast_config(concurrency=5))
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert worker.report.sent == 40
+    about_rates = [s for s in statements if "rate_limit" in s]
+    # The worker's one read of which campaigns are limited (and its domain limits written
+    # once); never a slot taken, however many jobs.
+    assert not [s for s in about_rates if s.lstrip().upper().startswith("UPDATE")]
+    assert len(about_rates) <= 2 * (1 + len(WorkerConfig().domain_rates))
+    assert "throttle" not in worker.committer.stats.by_kind
+
+
+def test_a_451_slows_only_its_own_domain(tmp_path: Path, engine: Engine) -> None:
+    def plan(key: str, n: int) -> Fault:
+        return Fault.RCPT_TEMPFAIL if key == "s0@slow.test" and n == 1 else Fault.ACCEPT
+
+    server = LedgerSMTPServer(tmp_path / "ledger.txt", fault_plan=plan)
+    server.start()
+    try:
+        recipients = ["s0@slow.test", "s1@slow.test", "f0@fast.test", "f1@fast.test"]
+        assert launch(engine, campaign(tmp_path / "refused", recipients)).new_jobs == 4
+        config = fast_config(domain_rates={"slow.test": 50.0, "fast.test": 50.0})
+        worker = run(engine, server, config)
+    finally:
+        server.stop()
+    assert worker.report.sent == 4
+    with engine.connect() as conn:
+        cells = {r.key: r for r in conn.execute(sa.select(rate_limit))}
+    assert cells["domain:slow.test"].factor == 0.5
+    assert cells["domain:fast.test"].factor == 1.0
+    assert cells["domain:fast.test"].factor_until is None
+    until = cells["domain:slow.test"].factor_until
+    assert until is not None
+    assert 540 < (until - datetime.now(UTC)).total_seconds() <= 601  # ten minutes
+
+
+def test_launch_writes_the_campaign_limit_and_a_new_version_changes_or_removes_it(
+    tmp_path: Path, engine: Engine
+) -> None:
+    def limits() -> dict[str, float]:
+        with engine.connect() as conn:
+            return OutboxStore(engine.dialect.name).rate_limits(conn, "campaign:")
+
+    folder = tmp_path / "versions"
+    launch(engine, campaign(folder, ["a@example.com"], "300/m"))
+    assert limits() == {"campaign:versions": 5.0}
+    register(engine, load_campaign(campaign(folder, ["a@example.com"], "2/s")),
+             now=datetime.now(UTC), force_new_version=True)  # fmt: skip
+    assert limits() == {"campaign:versions": 2.0}
+    register(engine, load_campaign(campaign(folder, ["a@example.com"])),
+             now=datetime.now(UTC), force_new_version=True)  # fmt: skip
+    assert limits() == {}
+
+
+def test_an_unreadable_domain_rate_setting_stops_the_worker_with_one_line(db_url: str) -> None:
+    result = subprocess.run(
+        [
+            str(HERALD),
+            "worker",
+            "--until-idle",
+            "--database-url",
+            db_url,
+            "--smtp-url",
+            "smtp://127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HERALD_DOMAIN_RATES": "gmail.com=fast"},
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "HERALD_DOMAIN_RATES: gmail.com: invalid rate 'fast'" in result.stderr
+    assert "Traceback" not in result.stderr
