@@ -27,9 +27,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from campaigns.addresses import AddressError, mailbox_identity
 from campaigns.feedback import Report, Verdict, clean
 from campaigns.feedback_providers import ProviderEvent
+from campaigns.suppression import suppress
 from dispatch.key_lookup import KeyPrefixError, normalise_prefix
 from dispatch.models import GLOBAL_SCOPE, mail_feedback, send_job
-from dispatch.store import OutboxStore
 
 Kind = Literal["hard", "soft", "block", "complaint", "unsubscribe"]
 _KINDS: dict[Verdict, Kind] = {
@@ -131,9 +131,7 @@ def record_feedback(conn: sa.Connection, fb: Feedback) -> Recorded:
         return Recorded(new=True, suppressed=False)
     scope = fb.scope if fb.kind == "unsubscribe" else GLOBAL_SCOPE
     reason = clean(f"{fb.kind} ({fb.source}) {fb.status_code or ''}".strip(), 200)
-    added = OutboxStore(conn.dialect.name).suppress(
-        conn, fb.mailbox, reason, scope=scope, source=fb.source
-    )
+    added = suppress(conn, fb.mailbox, reason, scope=scope, source=fb.source)
     return Recorded(new=True, suppressed=added)
 
 

@@ -1,12 +1,12 @@
-"""``herald serve``: the HTTP service recipients and mail providers reach (one-click unsubscribe).
-
-Bounce and mailto-unsubscribe handling (an inbound SMTP listener, ``--smtp-host/--smtp-port``)
-and provider webhooks (``/events/<provider>``) join it here: ``build_app(extra_routes=...)``.
+"""``herald serve``: what recipients and mail providers reach — one-click unsubscribe
+(``/u/<token>``), provider webhooks (``/events/<provider>``) and, with ``--smtp-port``, the
+inbound SMTP listener for bounces, complaints and mailto unsubscribes (herald.serve.inbound).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
 import typer
 
@@ -30,25 +30,79 @@ Port = Annotated[
 ]
 
 
+SmtpHost = Annotated[
+    str,
+    typer.Option(
+        "--smtp-host",
+        envvar="HERALD_SERVE_SMTP_HOST",
+        help="Address the inbound SMTP listener listens on.",
+    ),
+]
+SmtpPort = Annotated[
+    int | None,
+    typer.Option(
+        "--smtp-port",
+        envvar="HERALD_SERVE_SMTP_PORT",
+        min=0,
+        max=65535,
+        help="Inbound SMTP port for bounces and mailto unsubscribes (none: no listener).",
+    ),
+]
+
+
 @app.command()
 def serve(
     database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
     host: Host = "127.0.0.1",
     port: Port = 8025,
+    smtp_host: SmtpHost = "127.0.0.1",
+    smtp_port: SmtpPort = None,
 ) -> None:
-    """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page).
+    """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page),
+    provider webhooks (POST /events/ses|sendgrid|mailgun|postmark) and, with --smtp-port,
+    bounces, complaints and mailto unsubscribes by SMTP.
 
     Runs until SIGTERM/SIGINT. HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
     in sent messages to work.
     """
     from herald.mail_settings import MailSettings
+    from herald.serve import events, inbound
     from herald.serve.app import bind, build_app
     from herald.serve.app import serve as run_app
 
     with errors_mapped():
         settings = MailSettings.from_env()  # settings first: nothing is opened for a bad one
         engine = opened(database_url)
-        application = build_app(engine, settings)
+        application = build_app(engine, settings, extra_routes=events.routes(engine, settings))
+        alongside: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        smtp_sock = None
+        if smtp_port is not None:
+            inbound.check_settings(settings)  # a ConfigError now, not once uvicorn runs
+            smtp_sock = bind(smtp_host, smtp_port)
+
+            def smtp_ready(bound_host: str, bound_port: int) -> None:
+                accepted = [
+                    f"{prefix}+<token>@{domain}"
+                    for prefix, domain in (
+                        ("bounce", settings.bounce_domain),
+                        ("unsub", settings.unsubscribe_domain),
+                    )
+                    if domain
+                ]
+                err.print(
+                    f"herald serve: inbound SMTP on {bound_host}:{bound_port}"
+                    f" (accepts {', '.join(accepted)})",
+                    highlight=False,
+                )
+
+            listening = smtp_sock
+
+            def listen() -> Coroutine[Any, Any, None]:
+                return inbound.serve_inbound(
+                    engine, settings, host=smtp_host, port=0, sock=listening, on_ready=smtp_ready
+                )
+
+            alongside.append(listen)
         sock = bind(host, port)
 
         def ready(bound_host: str, bound_port: int) -> None:
@@ -61,6 +115,8 @@ def serve(
             )
 
         try:
-            run_app(application, sock, on_ready=ready)
+            run_app(application, sock, on_ready=ready, alongside=alongside)
         finally:
             sock.close()
+            if smtp_sock is not None:
+                smtp_sock.close()

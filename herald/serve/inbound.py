@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -171,7 +172,8 @@ def _unsubscribe(job: JobRef) -> Feedback:
     )
 
 
-def _check(settings: MailSettings) -> str:
+def check_settings(settings: MailSettings) -> str:
+    """The listener's server name, or ConfigError when its settings are missing."""
     if settings.signing_keys is None:
         raise ConfigError(
             "the inbound SMTP listener needs HERALD_SIGNING_KEYS",
@@ -197,21 +199,35 @@ def _smtp(handler: InboundHandler, server_name: str) -> SMTP:
 
 
 async def start_inbound(
-    engine: Engine, settings: MailSettings, *, host: str, port: int
+    engine: Engine,
+    settings: MailSettings,
+    *,
+    host: str,
+    port: int,
+    sock: socket.socket | None = None,
 ) -> asyncio.Server:
-    """Listen in the running event loop (``herald serve`` beside uvicorn); close() to stop."""
-    server_name = _check(settings)
+    """Listen in the running event loop (``herald serve`` beside uvicorn); close() to stop.
+    ``sock``: an already bound socket (``herald serve`` binds before starting, so a busy port
+    is one clear error at once), used instead of ``host``/``port``."""
+    server_name = check_settings(settings)
     handler = InboundHandler(engine, settings)
     loop = asyncio.get_running_loop()
+    if sock is not None:
+        return await loop.create_server(lambda: _smtp(handler, server_name), sock=sock)
     return await loop.create_server(lambda: _smtp(handler, server_name), host=host, port=port)
 
 
 @contextlib.asynccontextmanager
 async def running_inbound(
-    engine: Engine, settings: MailSettings, *, host: str, port: int
+    engine: Engine,
+    settings: MailSettings,
+    *,
+    host: str,
+    port: int,
+    sock: socket.socket | None = None,
 ) -> AsyncIterator[asyncio.Server]:
     """``start_inbound`` for the length of a block (e.g. a Starlette lifespan)."""
-    server = await start_inbound(engine, settings, host=host, port=port)
+    server = await start_inbound(engine, settings, host=host, port=port, sock=sock)
     try:
         yield server
     finally:
@@ -226,10 +242,11 @@ async def serve_inbound(
     host: str,
     port: int,
     on_ready: Callable[[str, int], None] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Listen until cancelled: the coroutine ``herald serve`` runs beside uvicorn
     (``herald.serve.app.serve(alongside=...)``). ``on_ready(host, port)`` once listening."""
-    async with running_inbound(engine, settings, host=host, port=port) as server:
+    async with running_inbound(engine, settings, host=host, port=port, sock=sock) as server:
         if on_ready is not None:
             bound_host, bound_port = server.sockets[0].getsockname()[:2]
             on_ready(bound_host, bound_port)
@@ -245,7 +262,7 @@ class InboundListener:
     def __init__(
         self, engine: Engine, settings: MailSettings, *, host: str = "127.0.0.1", port: int = 0
     ) -> None:
-        server_name = _check(settings)
+        server_name = check_settings(settings)
         self.handler = InboundHandler(engine, settings)
         self._controller = BoundPortController(
             self.handler,

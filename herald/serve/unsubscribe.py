@@ -31,10 +31,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from campaigns.suppression import suppress
 from dispatch.models import mail_feedback
 from dispatch.outbox.dialect import forms_for
 from dispatch.signed_tokens import BadToken, SigningKeys, UnsubscribeClaim, read_unsubscribe_token
-from dispatch.store import OutboxStore
 
 REASON = "unsubscribed (one-click link)"
 SOURCE = "https"
@@ -104,13 +104,10 @@ def record_unsubscribe(
     Idempotent: a second POST of the same token finds the suppression and the feedback row
     (``event_ref`` is the token's digest) and changes nothing.
     """
-    # campaigns.suppression.suppress takes scope= and source= on branch i10-suppress; until
-    # that is merged, the outbox's own suppress (same row, same identity: the token carries
-    # the identity already computed when the message was composed) is the one available.
     with engine.begin() as conn:
-        new = OutboxStore(conn.dialect.name).suppress(
-            conn, claim.mailbox, REASON, scope=claim.scope, source=SOURCE
-        )
+        # The token carries the identity computed when the message was composed; suppress()
+        # maps an identity to itself, and checks scope and source like every other entry.
+        new = suppress(conn, claim.mailbox, REASON, scope=claim.scope, source=SOURCE)
         conn.execute(
             forms_for(conn.dialect.name)
             .insert(mail_feedback)

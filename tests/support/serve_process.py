@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from tests.support.paths import HERALD
 
 STARTED = re.compile(r"herald serve: listening on http://127\.0\.0\.1:(\d+)")
+SMTP_STARTED = re.compile(r"herald serve: inbound SMTP on 127\.0\.0\.1:(\d+)")
 
 
 def herald_env(settings: Mapping[str, str]) -> dict[str, str]:
@@ -30,15 +31,22 @@ def herald_env(settings: Mapping[str, str]) -> dict[str, str]:
 class Served:
     base_url: str
     process: subprocess.Popen[str]
+    smtp_port: int | None = None  # the inbound listener's, when started with --smtp-port 0
     lines: list[str] = field(default_factory=list)  # stderr so far
 
 
 @contextmanager
 def herald_serve(
-    db_url: str, settings: Mapping[str, str], *, timeout: float = 30.0
+    db_url: str,
+    settings: Mapping[str, str],
+    *,
+    timeout: float = 30.0,
+    inbound_smtp: bool = False,
 ) -> Iterator[Served]:
+    extra = ["--smtp-host", "127.0.0.1", "--smtp-port", "0"] if inbound_smtp else []
     process = subprocess.Popen(
-        [str(HERALD), "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", db_url],
+        [str(HERALD), "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", db_url]
+        + extra,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -58,13 +66,15 @@ def herald_serve(
     served = Served("", process)
     deadline = time.monotonic() + timeout
     try:
-        while not served.base_url:
+        while not served.base_url or (inbound_smtp and served.smtp_port is None):
             line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
             if line is None:
                 raise AssertionError(f"herald serve exited: {''.join(served.lines)}")
             served.lines.append(line)
             if found := STARTED.search(line):
                 served.base_url = f"http://127.0.0.1:{found[1]}"
+            if found := SMTP_STARTED.search(line):
+                served.smtp_port = int(found[1])
         yield served
     finally:
         process.terminate()
