@@ -76,10 +76,13 @@ def worker(
             out.print_json(json.dumps(report.as_dict()))
         else:
             r = report
-            out.print(
+            line = (
                 f"worker done: {r.sent} sent, {r.retried} to retry, {r.failed} failed, "
                 f"{r.in_doubt} in doubt, {r.released} released"
             )
+            if r.rate_limited:
+                line += f", {r.rate_limited} held back by rate limits"
+            out.print(line)
 
 
 def _say_stopping() -> None:

@@ -45,8 +45,17 @@ def herald_serve(
 ) -> Iterator[Served]:
     extra = ["--smtp-host", "127.0.0.1", "--smtp-port", "0"] if inbound_smtp else []
     process = subprocess.Popen(
-        [str(HERALD), "serve", "--host", "127.0.0.1", "--port", "0", "--database-url", db_url]
-        + extra,
+        [
+            str(HERALD),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--database-url",
+            db_url,
+            *extra,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
