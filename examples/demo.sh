@@ -5,6 +5,10 @@ cd "$(dirname "$0")/.."
 workdir=.demo
 rm -rf "$workdir" && mkdir -p "$workdir"
 export HERALD_DATABASE_URL="sqlite:///$workdir/herald.db"
+# One-click unsubscribe links (a demo key; in production a long random secret of your own, and
+# HERALD_PUBLIC_URL the https:// address where `herald serve` is reached).
+export HERALD_SIGNING_KEYS="demo:demo-only-secret-0123456789"
+export HERALD_PUBLIC_URL="http://127.0.0.1:8025"
 
 echo "== starting a local SMTP sink (messages land in $workdir/maildir)"
 herald sink --maildir "$workdir/maildir" --port 0 >"$workdir/sink.log" 2>"$workdir/sink.err" &
@@ -33,6 +37,9 @@ echo "== herald launch examples/digest.yaml   (registered; \`herald run\` or \`h
 herald launch examples/digest.yaml
 echo "== herald status"
 herald status
+echo "== herald suppress add carol@example.com   (never mailed again, in any spelling)"
+herald suppress add carol@example.com --reason "asked by phone"
+herald suppress list
 echo "== what the sink received"
 cat "$workdir/sink.log"
 received=$(find "$workdir/maildir/new" -type f | wc -l)
