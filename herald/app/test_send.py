@@ -30,7 +30,14 @@ from campaigns.addresses import AddressError, normalise_address
 from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from dispatch.store import NewJob
-from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
+from dispatch.transport import (
+    Envelope,
+    Outcome,
+    RelayUnavailable,
+    Transport,
+    TransportConfigError,
+    Verdict,
+)
 from herald.app.common import Clock, utc_now
 from herald.app.launch import load
 from herald.app.preview import check_step, recipient_identity
@@ -211,6 +218,13 @@ async def _send_one(
         prepared = await transport.prepare(envelope)
     except TransportConfigError as exc:
         raise SendTestFailed(exc.message, sent=sent, hint=exc.hint) from None
+    except RelayUnavailable as exc:
+        earlier = f" ({len(sent)} earlier step(s) were sent)" if sent else ""
+        raise SendTestFailed(
+            f"test-send: relay unreachable: {exc} (step {step} not sent){earlier}",
+            sent=sent,
+            hint="check HERALD_SMTP_URL / --smtp-url and that the relay is running",
+        ) from None
     if isinstance(prepared, Outcome):
         raise _failed(step, prepared, sent, delivered=False)
     outcome = await prepared.deliver(clock())

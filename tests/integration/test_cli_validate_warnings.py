@@ -6,7 +6,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from typer.testing import Result
+
 from tests.support.factories import invoke
+
+# Unsubscribe links configured, so the only warnings are the ones these tests are about.
+LINKS = {
+    "HERALD_SIGNING_KEYS": "k1:warnings-secret-0123456789",
+    "HERALD_PUBLIC_URL": "https://u.herald.test",
+}
+
+
+def validate_with_links(*args: str) -> Result:
+    return invoke(*args, env=LINKS)
+
 
 CAMPAIGN = """\
 name: warned
@@ -42,7 +55,7 @@ def _campaign(folder: Path, body: str, extra: str = "") -> Path:
 
 def test_unknown_block_and_empty_parts_are_warnings(tmp_path: Path) -> None:
     path = _campaign(tmp_path, LAYOUT_MISTAKE)
-    result = invoke("validate", str(path))
+    result = validate_with_links("validate", str(path))
     assert result.exit_code == 0, result.output  # a warning, not a failure
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warnings == [
@@ -61,7 +74,7 @@ def test_unknown_block_and_empty_parts_are_warnings(tmp_path: Path) -> None:
 
 def test_json_lists_the_warnings_and_a_fine_campaign_has_none(tmp_path: Path) -> None:
     path = _campaign(tmp_path, LAYOUT_MISTAKE)
-    document = json.loads(invoke("validate", str(path), "--json").stdout)
+    document = json.loads(validate_with_links("validate", str(path), "--json").stdout)
     assert document["ok"] is True
     assert len(document["warnings"]) == 3
     assert document["warnings"][0].startswith("step welcome: template welcome.html overrides")
@@ -69,17 +82,17 @@ def test_json_lists_the_warnings_and_a_fine_campaign_has_none(tmp_path: Path) ->
     fine.mkdir()
     path = _campaign(fine, FINE)
     path.write_text(path.read_text().replace('vip: ""', 'vip: "no"'))
-    result = invoke("validate", str(path), "--json")
+    result = validate_with_links("validate", str(path), "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["warnings"] == []
-    assert "warning" not in invoke("validate", str(path)).stderr
+    assert "warning" not in validate_with_links("validate", str(path)).stderr
 
 
 def test_a_dropped_block_is_never_even_rendered_so_only_the_warning_tells(
     tmp_path: Path,
 ) -> None:
     path = _campaign(tmp_path, LAYOUT_MISTAKE.replace("{{ name }}", "{{ missing }}"))
-    result = invoke("validate", str(path))
+    result = validate_with_links("validate", str(path))
     assert result.exit_code == 0, result.output  # Jinja never evaluates the dropped block
     assert "warning: step welcome: template welcome.html overrides block 'body'" in result.stderr
 
@@ -87,7 +100,7 @@ def test_a_dropped_block_is_never_even_rendered_so_only_the_warning_tells(
 def test_a_broken_campaign_still_fails_and_shows_its_warnings(tmp_path: Path) -> None:
     path = _campaign(tmp_path, LAYOUT_MISTAKE)
     path.write_text(path.read_text().replace('"Perks"', '"Perks {{ missing }}"'))
-    result = invoke("validate", str(path))
+    result = validate_with_links("validate", str(path))
     assert result.exit_code == 2
     assert "warning: step welcome: template welcome.html overrides block 'body'" in result.stderr
     assert "undefined variable 'missing'" in result.stderr
