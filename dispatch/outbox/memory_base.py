@@ -16,7 +16,7 @@ from typing import Any
 
 from dispatch.models import GLOBAL_SCOPE
 from dispatch.outbox.gate import CAMPAIGN_GATE, CampaignGate
-from dispatch.outbox.jobs import Lease
+from dispatch.outbox.jobs import Deferral, Lease
 from dispatch.outbox.relay import RelayRow
 from dispatch.states import State, Transition
 
@@ -170,6 +170,34 @@ class MemoryBase:
     def _active(self, tx: MemoryTx, job: MemJob) -> bool:
         # A campaign the table does not know is not inactive (SQL: NOT IN inactive names).
         return tx.data.campaigns.get(job.campaign, self.gate.active) == self.gate.active
+
+    def _hand_back_until(
+        self,
+        conn: MemoryTx,
+        deferrals: Sequence[Deferral],
+        transition: Transition,
+        why: str,
+        actor: str,
+    ) -> set[int]:
+        """Claimed → pending, due at each job's ``not_before``, the claim not counted (W2, W3;
+        the SQL twin is ``sqlcore.hand_back_until``)."""
+        done = set()
+        for deferral in deferrals:
+            for j in self._leased(conn, [deferral.lease]):
+                if State(j.state) in transition.sources:
+                    self._move(
+                        conn,
+                        j,
+                        transition,
+                        actor,
+                        f"{why}; due {deferral.not_before.isoformat()}",
+                        claims=j.claims - 1,
+                        not_before=deferral.not_before,
+                        lease_owner=None,
+                        lease_expires_at=None,
+                    )
+                    done.add(j.id)
+        return done
 
     @staticmethod
     def _leased(tx: MemoryTx, leases: Sequence[Lease]) -> list[MemJob]:

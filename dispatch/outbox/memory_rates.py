@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from dispatch import rates
 from dispatch.outbox.jobs import Deferral, SlotAsk
 from dispatch.outbox.memory_base import MemoryBase, MemoryTx
-from dispatch.states import State, T, performs
+from dispatch.states import T, performs
 
 
 @dataclass
@@ -51,23 +51,7 @@ class MemoryRateOps(MemoryBase):
     def rate_limited_claims(
         self, conn: MemoryTx, deferrals: Sequence[Deferral], *, actor: str
     ) -> set[int]:
-        done = set()
-        for deferral in deferrals:
-            for j in self._leased(conn, [deferral.lease]):
-                if State(j.state) in T.RATE_LIMITED.sources:
-                    self._move(
-                        conn,
-                        j,
-                        T.RATE_LIMITED,
-                        actor,
-                        f"rate limited; due {deferral.not_before.isoformat()}",
-                        claims=j.claims - 1,
-                        not_before=deferral.not_before,
-                        lease_owner=None,
-                        lease_expires_at=None,
-                    )
-                    done.add(j.id)
-        return done
+        return self._hand_back_until(conn, deferrals, T.RATE_LIMITED, "rate limited", actor)
 
     def set_rates(self, conn: MemoryTx, limits: Mapping[str, float | None]) -> None:
         cells = self._cells(conn)

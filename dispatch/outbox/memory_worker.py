@@ -282,23 +282,9 @@ class MemoryWorkerOps(MemoryBase):
     def defer_claims(
         self, conn: MemoryTx, deferrals: Sequence[Deferral], *, actor: str
     ) -> set[int]:
-        done = set()
-        for deferral in deferrals:
-            for j in self._leased(conn, [deferral.lease]):
-                if State(j.state) in T.OUTSIDE_WINDOW.sources:
-                    self._move(
-                        conn,
-                        j,
-                        T.OUTSIDE_WINDOW,
-                        actor,
-                        f"outside send window; due {deferral.not_before.isoformat()}",
-                        claims=j.claims - 1,
-                        not_before=deferral.not_before,
-                        lease_owner=None,
-                        lease_expires_at=None,
-                    )
-                    done.add(j.id)
-        return done
+        return self._hand_back_until(
+            conn, deferrals, T.OUTSIDE_WINDOW, "outside send window", actor
+        )
 
     def lease_state(self, conn: MemoryTx, leases: Sequence[Lease]) -> dict[int, str]:
         return {j.id: j.state for j in self._leased(conn, leases)}

@@ -20,12 +20,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbtypes import UtcTimestamp, db_now, utc
+from dbtypes import UtcTimestamp, db_now
 from dispatch import rates
-from dispatch.models import rate_limit, send_job
+from dispatch.models import rate_limit
 from dispatch.outbox.base import SqlBase
-from dispatch.outbox.jobs import Deferral, Lease, SlotAsk
-from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
+from dispatch.outbox.jobs import Deferral, SlotAsk
+from dispatch.outbox.sqlcore import hand_back_until
 from dispatch.states import T, performs
 
 R = rate_limit.c
@@ -121,28 +121,7 @@ class RateOps(SqlBase):
     ) -> set[int]:
         """W3: hand back claims that got no slot, each due at its estimated slot, guarded by
         token. Like W1 and W2 the claim is not counted, and no attempt was used."""
-        done: set[int] = set()
-        by_time: dict[datetime, list[Lease]] = {}
-        for deferral in deferrals:
-            by_time.setdefault(deferral.not_before, []).append(deferral.lease)
-        for not_before, leases in sorted(by_time.items()):
-            stmt = (
-                sa.update(send_job)
-                .where(leases_in(leases), guard(T.RATE_LIMITED))
-                .values(
-                    state=T.RATE_LIMITED.target.value,
-                    claims=J.claims - 1,
-                    not_before=utc(not_before),
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    updated_at=db_now(),
-                )
-                .returning(J.id, J.lease_token)
-            )
-            rows = returned(conn.execute(stmt), f"rate limited; due {not_before.isoformat()}")
-            journal(conn, T.RATE_LIMITED, rows, actor)
-            done |= {job_id for job_id, _, _ in rows}
-        return done
+        return hand_back_until(conn, deferrals, T.RATE_LIMITED, "rate limited", actor)
 
     # ------------------------------------------------------------------ the cells
 

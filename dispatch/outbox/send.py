@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbtypes import ForeignText, db_now, db_now_plus, seconds, utc
+from dbtypes import ForeignText, db_now, db_now_plus, seconds
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.dialect import Column
@@ -22,7 +22,15 @@ from dispatch.outbox.jobs import (
     Lease,
     LeaseRow,
 )
-from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned, suppressed
+from dispatch.outbox.sqlcore import (
+    J,
+    guard,
+    hand_back_until,
+    journal,
+    leases_in,
+    returned,
+    suppressed,
+)
 from dispatch.states import LEASED, State, T, Transition, performs
 
 
@@ -235,27 +243,4 @@ class SendOps(SqlBase):
         opening, guarded by token. Like W1, the claim is not counted: waiting for a window is
         not a sign of a job that kills its workers.
         """
-        by_time: dict[datetime, list[Lease]] = {}
-        for deferral in deferrals:
-            by_time.setdefault(deferral.not_before, []).append(deferral.lease)
-        done: set[int] = set()
-        # Jobs of one window share its next opening: one statement per distinct opening.
-        for not_before, leases in sorted(by_time.items()):
-            why = f"outside send window; due {not_before.isoformat()}"
-            stmt = (
-                sa.update(send_job)
-                .where(leases_in(leases), guard(T.OUTSIDE_WINDOW))
-                .values(
-                    state=T.OUTSIDE_WINDOW.target.value,
-                    claims=J.claims - 1,
-                    not_before=utc(not_before),
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    updated_at=db_now(),
-                )
-                .returning(J.id, J.lease_token)
-            )
-            rows = returned(conn.execute(stmt), why)
-            journal(conn, T.OUTSIDE_WINDOW, rows, actor)
-            done |= {job_id for job_id, _, _ in rows}
-        return done
+        return hand_back_until(conn, deferrals, T.OUTSIDE_WINDOW, "outside send window", actor)

@@ -9,14 +9,15 @@ both come from a ``Transition``, never from literals at the call site.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from dbtypes import db_now
+from dbtypes import db_now, utc
 from dispatch.models import GLOBAL_SCOPE, send_event, send_job, suppression
 from dispatch.outbox.gate import CampaignGate
-from dispatch.outbox.jobs import Lease
+from dispatch.outbox.jobs import Deferral, Lease
 from dispatch.states import State, Transition
 
 J = send_job.c
@@ -139,3 +140,37 @@ def selection(keys: Sequence[str] | None, campaign: str | None) -> list[sa.Colum
 def returned(rows: Iterable[Any], detail: str | None = None) -> list[JournalRow]:
     """Journal rows from ``RETURNING id, lease_token`` rows, all with the same detail."""
     return [(r.id, r.lease_token, detail) for r in rows]
+
+
+def hand_back_until(
+    conn: sa.Connection,
+    deferrals: Sequence[Deferral],
+    transition: Transition,
+    why: str,
+    actor: str,
+) -> set[int]:
+    """Claimed → pending, each job due again at its own ``not_before``, guarded by token; the
+    claim is not counted (W2 a closed send window, W3 no rate-limit slot: neither is a sign of
+    a job that kills its workers). Jobs sharing a time share one statement."""
+    by_time: dict[datetime, list[Lease]] = {}
+    for deferral in deferrals:
+        by_time.setdefault(deferral.not_before, []).append(deferral.lease)
+    done: set[int] = set()
+    for not_before, leases in sorted(by_time.items()):
+        stmt = (
+            sa.update(send_job)
+            .where(leases_in(leases), guard(transition))
+            .values(
+                state=transition.target.value,
+                claims=J.claims - 1,
+                not_before=utc(not_before),
+                lease_owner=None,
+                lease_expires_at=None,
+                updated_at=db_now(),
+            )
+            .returning(J.id, J.lease_token)
+        )
+        rows = returned(conn.execute(stmt), f"{why}; due {not_before.isoformat()}")
+        journal(conn, transition, rows, actor)
+        done |= {job_id for job_id, _, _ in rows}
+    return done
