@@ -17,6 +17,7 @@ from datetime import datetime
 
 from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import Instrumentation
+from dispatch.observer import NULL_OBSERVER, OUTCOME_BY_TARGET, WorkerObserver
 from dispatch.outbox_client import OutboxClient
 from dispatch.outcome_completion import completion_for
 from dispatch.rate_gate import RateGate
@@ -48,6 +49,7 @@ class JobSender:
         stopping: Callable[[], bool],
         stop_for: Callable[[TransportConfigError], None],
         rates: RateGate | None = None,
+        observer: WorkerObserver = NULL_OBSERVER,
     ) -> None:
         """``stopping`` says whether the worker is shutting down (claims not yet at T4 are
         then released); ``stop_for`` stops it because a transport cannot be used as
@@ -64,6 +66,7 @@ class JobSender:
         self.stopping = stopping
         self.stop_for = stop_for
         self.rates = rates  # told every outcome: a 421 slows the recipient's domain down
+        self.observer = observer  # told each outcome and each delivery's duration (metrics)
         self.past_t4: set[int] = set()  # jobs between their T4 commit and the end of the send
 
     async def send(self, job: ClaimedJob) -> None:
@@ -126,7 +129,9 @@ class JobSender:
             return
         self.past_t4.add(job.id)
         await self.instrumentation.after_t4_commit(job)
+        delivering = time.monotonic()
         outcome = await prepared.deliver(started_at)
+        self.observer.on_transport_call(time.monotonic() - delivering)
         if outcome.verdict is Verdict.SENT:
             await self.instrumentation.after_250_before_t5(job)
         await self._finish(job, outcome, before_data=False)
@@ -202,3 +207,4 @@ class JobSender:
             self.report.lost_leases += 1
             return
         self.report.count_completion(completion.target)
+        self.observer.on_outcome(OUTCOME_BY_TARGET.get(completion.target.value, "other"))

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from dispatch.held_leases import HeldLeases
+from dispatch.observer import NULL_OBSERVER, WorkerObserver
 from dispatch.outbox_client import OutboxClient
 from dispatch.store import ClaimedJob
 from dispatch.transport import Envelope, Outcome, PreparedSend, RelayUnavailable, Transport
@@ -139,12 +140,14 @@ class RelayGate:
         *,
         until_idle: bool,
         stop: Callable[[RelayUnavailable], None],
+        observer: WorkerObserver = NULL_OBSERVER,
     ) -> None:
         self.outbox = outbox
         self.leases = leases
         self.report = report
         self.until_idle = until_idle
         self.stop = stop
+        self.observer = observer  # told each relay's reachability as it is reported
         self.circuits: dict[str, RelayCircuit] = {}  # by channel: one relay each
         self.new_circuit: Callable[[], RelayCircuit] = RelayCircuit  # tests shorten backoffs
         self._ok_reported: dict[str, float] = {}  # relay -> monotonic time of the last report
@@ -208,6 +211,7 @@ class RelayGate:
         await self._report(relay, reachable=True, error=None)
 
     async def _report(self, relay: str, *, reachable: bool, error: str | None) -> None:
+        self.observer.on_relay_state(relay, reachable)
         try:
             await self.outbox.report_relay(relay, reachable=reachable, error=error)
         except Exception as exc:  # the status is for people; sending does not depend on it

@@ -37,6 +37,7 @@ from dispatch.failure_watch import FailureWatch
 from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
+from dispatch.observer import NULL_OBSERVER, WorkerObserver
 from dispatch.outbox_client import OutboxClient
 from dispatch.rate_gate import RateGate
 from dispatch.relay_circuit import RelayGate
@@ -66,11 +67,13 @@ class Worker:
         store: OutboxStore | None = None,
         clock: Callable[[], datetime] = utc_now,
         failure_watch: FailureWatch | None = None,
+        observer: WorkerObserver = NULL_OBSERVER,
     ) -> None:
         """``instrumentation`` watches the named points of every send (the transports take
         theirs separately); ``store`` defaults to this engine's ``OutboxStore``; ``clock``
         (aware UTC) is what send windows are checked against; ``failure_watch`` is told about
-        permanent failures as they are recorded (``dispatch.failure_watch``)."""
+        permanent failures as they are recorded (``dispatch.failure_watch``); ``observer`` is
+        told the totals as they happen (``dispatch.observer``: herald's metrics)."""
         self.config = config or WorkerConfig()
         self.clock = clock
         self.transports = transports
@@ -86,6 +89,7 @@ class Worker:
         )
         self._outbox = OutboxClient(self.committer)
         self.instrumentation = instrumentation
+        self.observer = observer
         self.report = WorkerReport()
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
@@ -100,6 +104,7 @@ class Worker:
             self.report,
             until_idle=self.config.until_idle,
             stop=self._stop_for,
+            observer=observer,
         )
         self.sender = JobSender(
             config=self.config,
@@ -114,6 +119,7 @@ class Worker:
             report=self.report,
             stopping=lambda: self.stopping,
             stop_for=self._stop_for,
+            observer=observer,
         )
         # A transport that cannot be used as configured stops the worker; run() raises it. So
         # does an unreachable relay with --until-idle (dispatch.relay_circuit).
@@ -228,6 +234,7 @@ class Worker:
         self.leases.hold(jobs, time.monotonic())
         self.report.claimed += len(jobs)
         if jobs:
+            self.observer.on_claim_batch(len(jobs))
             await self.instrumentation.after_claim_commit(jobs)
         ready = await self.rates.admit(await self.windows.admit(jobs, self.clock()))
         self._backlog.extend(ready)
@@ -276,6 +283,7 @@ class Worker:
         except Exception as exc:
             log.warning("recovery pass failed: %s", exc)
             return
+        self.observer.on_recovery(report)
         self.report.recovered += report.released + report.in_doubt + report.dead
         if report.released or report.in_doubt or report.dead:
             log.info(

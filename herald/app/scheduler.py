@@ -56,6 +56,15 @@ class PassFunction(Protocol):
     def __call__(self, engine: Engine, *, now: datetime, actor: str) -> PassOutcome: ...
 
 
+class SchedulerObserver(Protocol):
+    """Told of every pass (herald.metrics.SchedulerMetrics counts them); from the pass's
+    thread, so each call must be quick and thread-safe."""
+
+    def on_pass(self, outcome: PassOutcome) -> None: ...
+
+    def on_pass_failed(self) -> None: ...
+
+
 WakeFunction = Callable[[Engine, datetime], datetime | None]
 Say = Callable[[str], None]
 
@@ -160,7 +169,8 @@ class SchedulerService:
 
     ``run_pass``/``next_wake`` default to the scheduler package's; tests pass stand-ins.
     ``clock`` is the one source of ``now`` for every pass. ``links``: the unsubscribe links
-    of the marketing messages it composes (herald.app.unsubscribe).
+    of the marketing messages it composes (herald.app.unsubscribe). ``observer``: told of
+    every pass (herald.metrics).
     """
 
     def __init__(
@@ -174,8 +184,10 @@ class SchedulerService:
         next_wake: WakeFunction | None = None,
         say: Say = _quiet,
         links: UnsubscribeLinks | None = None,
+        observer: SchedulerObserver | None = None,
     ) -> None:
         self.engine = engine
+        self.observer = observer
         self.options = options or SchedulerOptions()
         self.clock = clock
         self.actor = actor or default_actor()
@@ -232,6 +244,8 @@ class SchedulerService:
         except SQLAlchemyError as exc:
             self.totals.errors += 1
             self._failures += 1
+            if self.observer is not None:
+                self.observer.on_pass_failed()
             self.say(f"database error: {_first_line(exc)}; retrying in {self._backoff():g}s")
             return False, None
         self._failures = 0
@@ -243,6 +257,8 @@ class SchedulerService:
         now = self.clock()
         report = self.run_pass(self.engine, now=now, actor=self.actor)
         self.totals.passes += 1
+        if self.observer is not None:
+            self.observer.on_pass(report)
         if report.did_something:
             self.totals.busy_passes += 1
             self.say(f"{now:%Y-%m-%d %H:%M:%S}Z {report.line()}")
@@ -333,6 +349,7 @@ def run_scheduler_once(service: SchedulerService) -> PassOutcome:
 __all__ = [
     "PassFunction",
     "PassOutcome",
+    "SchedulerObserver",
     "SchedulerOptions",
     "SchedulerService",
     "SchedulerTotals",

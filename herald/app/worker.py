@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 from campaigns.error_threshold import ErrorThreshold
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.observer import NULL_OBSERVER, WorkerObserver
 from dispatch.rates import RateError, parse_domain_rates
 from dispatch.store import OutboxStore
 from dispatch.transport import RelayUnavailable, TransportConfigError
@@ -55,12 +56,14 @@ def build_worker(
     environ: Mapping[str, str] | None = None,
     instrumentation: Instrumentation = NULL_INSTRUMENTATION,
     store: OutboxStore | None = None,
+    observer: WorkerObserver | None = None,
 ) -> Worker:
     """A worker with the email and webhook transports; ConfigError for a bad setting. It
     pauses campaigns whose sends keep failing (``campaigns.error_threshold``).
 
     ``instrumentation`` and ``store`` are the seams the chaos suite's worker
     (tests/chaos/worker.py) uses to add crash points or a naive store; the CLI passes neither.
+    ``observer`` counts what the worker does (herald.metrics; None: nothing counted).
     """
     transports = build_transports(smtp_url, environ, instrumentation=instrumentation)
     config = replace(options.config(), domain_rates=domain_rates(environ))
@@ -71,6 +74,7 @@ def build_worker(
         instrumentation=instrumentation,
         store=store,
         failure_watch=ErrorThreshold(),
+        observer=observer or NULL_OBSERVER,
     )
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.metrics_options import DEFAULT_METRICS_HOST, MetricsHost, MetricsPort
 from herald.cli.worker import (
     Concurrency,
     Lease,
@@ -21,6 +22,7 @@ from herald.output import err, out
 
 if TYPE_CHECKING:
     from herald.app.scheduler import SchedulerService
+    from herald.metrics import ProcessMetrics
 
 Tick = Annotated[
     float,
@@ -40,15 +42,18 @@ def scheduler(
         bool, typer.Option("--once", help="Run one pass and exit (for cron, or a check).")
     ] = False,
     as_json: JsonFlag = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
 ) -> None:
     """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT.
 
     High availability: run two or more on one database (no leader; a fire made twice is one).
     """
     from herald.app.scheduler import run_scheduler, run_scheduler_once
+    from herald.metrics_http import metrics_served
 
     with errors_mapped():
-        service = _service(database_url, tick)
+        service, metrics = _service(database_url, tick)
         if once:
             report = run_scheduler_once(service)
             if as_json:
@@ -56,7 +61,13 @@ def scheduler(
             else:
                 out.print(report.line())
             return
-        totals = run_scheduler(service, handle_signals=True, on_stopping=_say_scheduler_stopping)
+        served = metrics_served(
+            metrics.registry, metrics_host, metrics_port, command="herald scheduler"
+        )
+        with served:
+            totals = run_scheduler(
+                service, handle_signals=True, on_stopping=_say_scheduler_stopping
+            )
         if as_json:
             out.print_json(json.dumps(totals.as_dict()))
         else:
@@ -78,6 +89,8 @@ def run(
     retry_base: RetryBase = 30.0,
     poll: Poll = 1.0,
     as_json: JsonFlag = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.
 
@@ -85,6 +98,7 @@ def run(
     """
     from herald.app.run import run_all
     from herald.app.worker import WorkerOptions, build_worker
+    from herald.metrics_http import metrics_served
 
     options = WorkerOptions(
         concurrency=concurrency,
@@ -95,9 +109,10 @@ def run(
         poll=poll,
     )
     with errors_mapped():
-        service = _service(database_url, tick)
-        worker = build_worker(service.engine, smtp_url, options)
-        report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
+        service, metrics = _service(database_url, tick, worker=True)
+        worker = build_worker(service.engine, smtp_url, options, observer=metrics.worker)
+        with metrics_served(metrics.registry, metrics_host, metrics_port, command="herald run"):
+            report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:
@@ -108,14 +123,25 @@ def run(
             )
 
 
-def _service(database_url: str, tick: float) -> SchedulerService:
+def _service(
+    database_url: str, tick: float, *, worker: bool = False
+) -> tuple[SchedulerService, ProcessMetrics]:
+    """The scheduler loop and the process's metrics (with a worker's, for ``herald run``)."""
     from herald.app.scheduler import SchedulerOptions, SchedulerService
     from herald.app.unsubscribe import links_from_env
+    from herald.metrics import ProcessMetrics
 
     links = links_from_env()  # a malformed setting stops here, before any pass
-    return SchedulerService(
-        opened(database_url), options=SchedulerOptions(tick=tick), say=_say_pass, links=links
+    engine = opened(database_url)
+    metrics = ProcessMetrics(engine, worker=worker, scheduler=True)
+    service = SchedulerService(
+        engine,
+        options=SchedulerOptions(tick=tick),
+        say=_say_pass,
+        links=links,
+        observer=metrics.scheduler,
     )
+    return service, metrics
 
 
 def _say_pass(line: str) -> None:

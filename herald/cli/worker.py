@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.metrics_options import DEFAULT_METRICS_HOST, MetricsHost, MetricsPort
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from herald.output import err, out
 
@@ -55,9 +56,13 @@ def worker(
     retry_base: RetryBase = 30.0,
     poll: Poll = 1.0,
     as_json: JsonFlag = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
 ) -> None:
     """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
     from herald.app.worker import WorkerOptions, build_worker, run_worker
+    from herald.metrics import ProcessMetrics
+    from herald.metrics_http import metrics_served
 
     options = WorkerOptions(
         concurrency=concurrency,
@@ -70,8 +75,11 @@ def worker(
         poll=poll,
     )
     with errors_mapped():
-        the_worker = build_worker(opened(database_url), smtp_url, options)
-        report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
+        engine = opened(database_url)
+        metrics = ProcessMetrics(engine, worker=True)
+        the_worker = build_worker(engine, smtp_url, options, observer=metrics.worker)
+        with metrics_served(metrics.registry, metrics_host, metrics_port, command="herald worker"):
+            report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:

@@ -1,7 +1,8 @@
 """The ASGI application ``herald serve`` runs, and running it with uvicorn.
 
-``build_app`` assembles the routes: ``/u/<token>`` (herald.serve.unsubscribe) and whatever
-else the caller mounts (provider webhooks: ``extra_routes``). ``serve`` binds the socket itself
+``build_app`` assembles the routes: ``/u/<token>`` (herald.serve.unsubscribe), ``/healthz``
+(alive), ``/readyz`` and ``/metrics`` (herald.serve.health) and whatever else the caller mounts
+(provider webhooks: ``extra_routes``). ``serve`` binds the socket itself
 before uvicorn starts, so a port in use is one clear line (exit 1), and ``--port 0`` picks
 a free port that the start-up line names.
 
@@ -28,6 +29,7 @@ from starlette.routing import BaseRoute, Route
 from herald.errors import ConfigError, HeraldError
 from herald.mail_settings import MailSettings
 from herald.serve import unsubscribe
+from herald.serve.health import routes as probe_routes
 
 SETTINGS_HINT = (
     "set HERALD_SIGNING_KEYS to the same key ring the launch and scheduler processes use "
@@ -51,6 +53,7 @@ def build_app(
     routes: list[BaseRoute] = [
         *unsubscribe.routes(engine, mail_settings.signing_keys),
         Route("/healthz", health, methods=["GET"]),
+        *probe_routes(engine),  # /readyz, /metrics
         *extra_routes,
     ]
     return Starlette(routes=routes)
