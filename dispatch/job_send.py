@@ -131,7 +131,7 @@ class JobSender:
         await self.instrumentation.after_t4_commit(job)
         delivering = time.monotonic()
         outcome = await prepared.deliver(started_at)
-        self.observer.on_transport_call(time.monotonic() - delivering)
+        self.observer.on_transport_call(job.channel, time.monotonic() - delivering)
         if outcome.verdict is Verdict.SENT:
             await self.instrumentation.after_250_before_t5(job)
         await self._finish(job, outcome, before_data=False)

@@ -25,8 +25,9 @@ class WorkerObserver(Protocol):
     def on_outcome(self, outcome: str) -> None:
         """A send's outcome was recorded: ``sent``, ``failed``, ``retry`` or ``in_doubt``."""
 
-    def on_transport_call(self, seconds: float) -> None:
-        """A transport's delivery (after T4: DATA and the receiver's answer) took this long."""
+    def on_transport_call(self, channel: str, seconds: float) -> None:
+        """A delivery on ``channel`` (``email``, ``webhook``) after T4 took this long (SMTP:
+        DATA and the receiver's answer)."""
 
     def on_recovery(self, report: RecoveryReport) -> None:
         """A recovery pass of this worker ended (the report may count nothing)."""
@@ -44,7 +45,7 @@ class NullObserver:
     def on_outcome(self, outcome: str) -> None:
         return None
 
-    def on_transport_call(self, seconds: float) -> None:
+    def on_transport_call(self, channel: str, seconds: float) -> None:
         return None
 
     def on_recovery(self, report: RecoveryReport) -> None:

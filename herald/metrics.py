@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from dispatch.outbox.jobs import RecoveryReport
 
+EMAIL = "email"  # the channel of SMTP sends (dispatch.transport)
 OUTCOMES = ("sent", "failed", "retry", "in_doubt")
 RECOVERY_CATEGORIES = ("released", "in_doubt", "dead", "resent")
 # A send's transport call: a local relay answers in milliseconds, a remote MX in seconds; a
@@ -52,8 +53,7 @@ class WorkerMetrics:
             self.sends.labels(outcome)  # every outcome present from the start, at 0
         self.send_seconds = Histogram(
             "herald_smtp_send_seconds",
-            "Duration of each delivery by the transport after T4 (SMTP: DATA to the "
-            "receiver's answer), seconds.",
+            "Duration of each email delivery after T4 (DATA to the receiver's answer), seconds.",
             buckets=SEND_SECONDS_BUCKETS,
             registry=registry,
         )
@@ -84,8 +84,9 @@ class WorkerMetrics:
     def on_outcome(self, outcome: str) -> None:
         self.sends.labels(outcome).inc()
 
-    def on_transport_call(self, seconds: float) -> None:
-        self.send_seconds.observe(seconds)
+    def on_transport_call(self, channel: str, seconds: float) -> None:
+        if channel == EMAIL:  # webhook steps' requests would blur the relay's latency
+            self.send_seconds.observe(seconds)
 
     def on_recovery(self, report: RecoveryReport) -> None:
         for category in RECOVERY_CATEGORIES:
