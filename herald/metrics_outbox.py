@@ -92,13 +92,13 @@ class OutboxCollector(Collector):
 
     def describe(self) -> Iterable[Metric]:
         # Registration must not read the database: the names only.
-        return [_database_up(), *_families(None, None)]
+        return [_database_up(), *outbox_families(None, None)]
 
     def collect(self) -> Iterable[Metric]:
         reading = self.reading()
         up = _database_up()
         up.add_metric([], 0 if reading is None else 1)
-        return [up, *(_families(reading, self.clock()) if reading is not None else [])]
+        return [up, *(outbox_families(reading, self.clock()) if reading is not None else [])]
 
     def reading(self) -> OutboxReading | None:
         """The cached reading if fresh, else a new one; None if the database cannot be read."""
@@ -120,7 +120,7 @@ def _database_up() -> GaugeMetricFamily:
     )
 
 
-def _families(reading: OutboxReading | None, now: datetime | None) -> Sequence[Metric]:
+def outbox_families(reading: OutboxReading | None, now: datetime | None) -> Sequence[Metric]:
     jobs = GaugeMetricFamily(
         "herald_jobs",
         "Jobs in the outbox, by campaign and state (read from the database at scrape time).",
