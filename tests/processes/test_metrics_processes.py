@@ -166,6 +166,22 @@ def test_herald_run_counts_its_fire_and_the_jobs_it_materialised(
     assert len(smtp_server.accepted_ids()) == 7
 
 
+def test_scheduler_metrics_from_the_environment(db_url: str) -> None:
+    args = ["scheduler", "--database-url", db_url, "--tick", "0.2"]
+    with metrics_process(args, via_env=True) as scheduler:
+
+        def passes() -> Scrape | None:
+            got = scheduler.scrape()
+            return got if (got.value("herald_scheduler_passes_total") or 0) >= 2 else None
+
+        got = wait_for(passes, "two scheduler passes")
+        assert scheduler.stop() == 0, scheduler.stderr()
+    assert got.value("herald_database_up") == 1
+    assert got.value("herald_scheduler_pass_errors_total") == 0
+    assert got.values("herald_scheduler_fires_total") == {}  # nothing was launched
+    assert "herald_sends" not in got.types  # a scheduler sends nothing
+
+
 def test_a_busy_metrics_port_is_one_line_and_exit_1(db_url: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

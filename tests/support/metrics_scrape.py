@@ -106,15 +106,24 @@ class MetricsProcess:
 
 @contextmanager
 def metrics_process(
-    args: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 30.0
+    args: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    via_env: bool = False,
+    timeout: float = 30.0,
 ) -> Iterator[MetricsProcess]:
-    """``herald <args> --metrics-port 0`` running, its metrics URL known."""
+    """``herald <args> --metrics-port 0`` running, its metrics URL known (``via_env``: the
+    port given as ``HERALD_METRICS_PORT=0`` instead of the option)."""
+    settings = {"HERALD_METRICS_PORT": "0"} if via_env else {}
+    option = [] if via_env else ["--metrics-port", "0"]
     process = subprocess.Popen(
-        [str(HERALD), *args, "--metrics-port", "0"],
+        [str(HERALD), *args, *option],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        env={k: v for k, v in os.environ.items() if not k.startswith("HERALD_")} | (env or {}),
+        env={k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+        | settings
+        | (env or {}),
     )
     running = MetricsProcess(process)
 
