@@ -82,9 +82,7 @@ def left_of(counts: dict[str, int]) -> int:
     return sum(n for state, n in counts.items() if state in _LEFT)
 
 
-def paces(
-    conn: sa.Connection, campaign: str | None, now: datetime
-) -> dict[tuple[str, str], Pace]:
+def paces(conn: sa.Connection, campaign: str | None, now: datetime) -> dict[tuple[str, str], Pace]:
     """Per (campaign, step): finished within the window before ``now``, and the last due time."""
     since = now - RATE_WINDOW
     recent = sa.and_(J.state.in_(_FINISHED), J.outcome_at > since, J.outcome_at <= now)
@@ -101,8 +99,7 @@ def paces(
         stmt = stmt.where(J.campaign == campaign)
     stmt = stmt.group_by(J.campaign, J.step)
     return {
-        (name, step): Pace(int(n), first, due)
-        for name, step, n, first, due in conn.execute(stmt)
+        (name, step): Pace(int(n), first, due) for name, step, n, first, due in conn.execute(stmt)
     }
 
 

@@ -1,0 +1,102 @@
+"""``herald status --watch``: a new snapshot every ``interval`` seconds until Ctrl-C (exit 0) or
+``count`` snapshots.
+
+On a terminal the screen is redrawn in place (rich Live), laid out afresh each time for the
+terminal's current width. Piped, each snapshot is printed in full after a separator line
+(``--- herald status <time> ---``), so a log of the output reads as a series; with ``--json``,
+one compact JSON document per line (JSON Lines).
+
+Refreshes keep to a schedule (a slow query does not make every later refresh later) and the
+wait is on an Event, so Ctrl-C ends it at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rich.text import Text
+
+from herald.cli.timefmt import utc_text
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+Snapshot = dict[str, Any]
+
+
+def watch_status(
+    console: Console,
+    take: Callable[[], Snapshot],
+    *,
+    interval: float,
+    count: int | None,
+    as_json: bool,
+    width: int | None,
+) -> None:
+    try:
+        if console.is_terminal and not as_json:
+            _live(console, take, interval, count, width)
+        else:
+            _series(console, take, interval, count, as_json, width)
+    except KeyboardInterrupt:
+        pass  # the way out of a watch: not an error
+
+
+def _ticks(interval: float, count: int | None) -> Any:
+    """Yields once per refresh, on a fixed schedule from the first."""
+    stop = threading.Event()
+    start = time.monotonic()
+    n = 0
+    while count is None or n < count:
+        yield n
+        n += 1
+        if count is not None and n >= count:
+            return
+        stop.wait(max(start + n * interval - time.monotonic(), 0))
+
+
+def _live(
+    console: Console,
+    take: Callable[[], Snapshot],
+    interval: float,
+    count: int | None,
+    width: int | None,
+) -> None:
+    from rich.console import Group
+    from rich.live import Live
+
+    from herald.cli.status_view import status_lines
+
+    with Live(console=console, auto_refresh=False, vertical_overflow="ellipsis") as live:
+        for _ in _ticks(interval, count):
+            lines = status_lines(take(), width or console.width)
+            live.update(Group(*lines), refresh=True)
+
+
+def _series(
+    console: Console,
+    take: Callable[[], Snapshot],
+    interval: float,
+    count: int | None,
+    as_json: bool,
+    width: int | None,
+) -> None:
+    from herald.cli.status import render
+
+    for n in _ticks(interval, count):
+        snapshot = take()
+        if as_json:
+            console.out(json.dumps(snapshot), highlight=False)
+            continue
+        if n:
+            console.print("")
+        from datetime import datetime
+
+        when = utc_text(datetime.fromisoformat(snapshot["now"]))
+        console.print(Text(f"--- herald status {when} ---"), soft_wrap=True)
+        render(console, snapshot, width=width)
+        console.file.flush()
