@@ -5,8 +5,7 @@ screen's width) or (``--json``) scripts; ``--watch`` refreshes it until Ctrl-C."
 from __future__ import annotations
 
 import json
-import os
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -19,11 +18,11 @@ from herald.cli.base import (
     errors_mapped,
     opened,
 )
+from herald.cli.status_screen import render, watch_status
 from herald.defaults import DEFAULT_DATABASE_URL
 from herald.output import out
 
-if TYPE_CHECKING:
-    from rich.console import Console
+__all__ = ["render", "status"]  # render: tests print a snapshot with it
 
 WidthOption = Annotated[
     int | None,
@@ -71,8 +70,6 @@ def status(
             return collect(engine, campaign, clock=clock)
 
         if watch or watch_count is not None:
-            from herald.cli.status_watch import watch_status
-
             watch_status(
                 out, take, interval=interval, count=watch_count, as_json=as_json, width=width
             )
@@ -80,20 +77,3 @@ def status(
             out.print_json(json.dumps(take()))
         else:
             render(out, take(), width=width)
-
-
-def render(console: Console, snapshot: dict[str, Any], *, width: int | None = None) -> None:
-    """``snapshot`` on ``console``, laid out for ``width`` or ``screen_width(console)``."""
-    from herald.cli.status_view import status_lines
-
-    for line in status_lines(snapshot, width or screen_width(console)):
-        console.print(line, soft_wrap=True)
-
-
-def screen_width(console: Console) -> int | None:
-    """A terminal's width; piped, ``$COLUMNS`` if set (the caller asked for a width), else
-    None: unlimited, every name whole, for `grep` and for files."""
-    if console.is_terminal:
-        return console.width
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else None

@@ -1,5 +1,5 @@
-"""``herald status --watch``: a new snapshot every ``interval`` seconds until Ctrl-C (exit 0) or
-``count`` snapshots.
+"""How ``herald status`` reaches the screen: once (``render``), or (``--watch``) a new
+snapshot every ``interval`` seconds until Ctrl-C (exit 0) or ``count`` snapshots.
 
 On a terminal the screen is redrawn in place (rich Live), laid out afresh each time for the
 terminal's current width. Piped, each snapshot is printed in full after a separator line
@@ -13,13 +13,16 @@ wait is on an Event, so Ctrl-C ends it at once.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from herald.cli.status_view import status_lines
 from herald.cli.timefmt import utc_text
 
 if TYPE_CHECKING:
@@ -46,7 +49,7 @@ def watch_status(
         pass  # the way out of a watch: not an error
 
 
-def _ticks(interval: float, count: int | None) -> Any:
+def _ticks(interval: float, count: int | None) -> Iterator[int]:
     """Yields once per refresh, on a fixed schedule from the first."""
     stop = threading.Event()
     start = time.monotonic()
@@ -69,8 +72,6 @@ def _live(
     from rich.console import Group
     from rich.live import Live
 
-    from herald.cli.status_view import status_lines
-
     with Live(console=console, auto_refresh=False, vertical_overflow="ellipsis") as live:
         for _ in _ticks(interval, count):
             lines = status_lines(take(), width or console.width)
@@ -85,18 +86,30 @@ def _series(
     as_json: bool,
     width: int | None,
 ) -> None:
-    from herald.cli.status import render
-
     for n in _ticks(interval, count):
         snapshot = take()
         if as_json:
             console.out(json.dumps(snapshot), highlight=False)
+            console.file.flush()
             continue
         if n:
             console.print("")
-        from datetime import datetime
-
         when = utc_text(datetime.fromisoformat(snapshot["now"]))
         console.print(Text(f"--- herald status {when} ---"), soft_wrap=True)
         render(console, snapshot, width=width)
         console.file.flush()
+
+
+def render(console: Console, snapshot: dict[str, Any], *, width: int | None = None) -> None:
+    """``snapshot`` on ``console``, laid out for ``width`` or ``screen_width(console)``."""
+    for line in status_lines(snapshot, width or screen_width(console)):
+        console.print(line, soft_wrap=True)
+
+
+def screen_width(console: Console) -> int | None:
+    """A terminal's width; piped, ``$COLUMNS`` if set (the caller asked for a width), else
+    None: unlimited, every name whole, for `grep` and for files."""
+    if console.is_terminal:
+        return console.width
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
