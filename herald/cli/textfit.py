@@ -78,9 +78,11 @@ def pack(
             continue
         if current is not None:
             lines.append(current)
-        pieces = fold(item, width - len(prefix))
-        lines.extend(Text.assemble(prefix, piece) for piece in pieces[:-1])
-        current = Text.assemble(prefix, pieces[-1])
+        # Folded to the continuation lines' width, so that every piece fits after either prefix.
+        pieces = [Text.assemble(rest, piece) for piece in fold(item, width - len(rest))]
+        pieces[0] = Text.assemble(prefix, pieces[0][len(rest) :])
+        lines.extend(pieces[:-1])
+        current = pieces[-1]
     if current is not None:
         lines.append(current)
     return lines
