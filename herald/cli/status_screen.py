@@ -7,7 +7,10 @@ terminal's current width. Piped, each snapshot is printed in full after a separa
 one compact JSON document per line (JSON Lines).
 
 Refreshes keep to a schedule (a slow query does not make every later refresh later) and the
-wait is on an Event, so Ctrl-C ends it at once.
+wait is on an Event, so Ctrl-C ends it at once. A database that stops answering in the middle
+of a watch (a PostgreSQL restart) does not end it: the last screen stays, under a line saying
+why it is not fresh, and the next refresh tries again. The first snapshot must succeed: a
+wrong URL is still an error at once.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from herald.cli.status_view import status_lines
+from herald.cli.textfit import fold
 from herald.cli.timefmt import utc_text
+from herald.output import err, styled
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,6 +45,7 @@ def watch_status(
     as_json: bool,
     width: int | None,
 ) -> None:
+    take = _lasting(take)
     try:
         if console.is_terminal and not as_json:
             _live(console, take, interval, count, width)
@@ -47,6 +53,42 @@ def watch_status(
             _series(console, take, interval, count, as_json, width)
     except KeyboardInterrupt:
         pass  # the way out of a watch: not an error
+
+
+class _Stale(Exception):
+    """A refresh failed: ``last`` is the snapshot before, ``why`` the database's one line."""
+
+    def __init__(self, last: Snapshot, why: str) -> None:
+        super().__init__(why)
+        self.last = last
+        self.why = why
+
+
+def _lasting(take: Callable[[], Snapshot]) -> Callable[[], Snapshot]:
+    """``take``, except that after a first success an unreachable database raises ``_Stale``
+    (with the last snapshot) instead of ending the watch."""
+    from sqlalchemy.exc import OperationalError
+
+    from herald.secrets import known_secrets
+
+    last: list[Snapshot] = []
+
+    def attempt() -> Snapshot:
+        try:
+            snapshot = take()
+        except OperationalError as exc:
+            if not last:
+                raise
+            detail = str(exc.orig or exc).strip().splitlines() or ["no detail"]
+            raise _Stale(last[0], known_secrets.scrub(detail[0])) from exc
+        last[:] = [snapshot]
+        return snapshot
+
+    return attempt
+
+
+def _stale_line(stale: _Stale) -> Text:
+    return styled(f"✗ not refreshed, the database did not answer: {stale.why}", "bold red")
 
 
 def _ticks(interval: float, count: int | None) -> Iterator[int]:
@@ -74,7 +116,13 @@ def _live(
 
     with Live(console=console, auto_refresh=False, vertical_overflow="ellipsis") as live:
         for _ in _ticks(interval, count):
-            lines = status_lines(take(), width or console.width)
+            try:
+                lines = status_lines(take(), width or console.width)
+            except _Stale as stale:
+                lines = [
+                    *fold(_stale_line(stale), width or console.width),
+                    *status_lines(stale.last, width or console.width),
+                ]
             live.update(Group(*lines), refresh=True)
 
 
@@ -87,7 +135,11 @@ def _series(
     width: int | None,
 ) -> None:
     for n in _ticks(interval, count):
-        snapshot = take()
+        try:
+            snapshot = take()
+        except _Stale as stale:
+            err.print(_stale_line(stale), soft_wrap=True)
+            continue
         if as_json:
             console.out(json.dumps(snapshot), highlight=False)
             console.file.flush()
