@@ -97,5 +97,5 @@ def test_a_terminal_is_redrawn_in_place_with_the_last_screen_when_stale() -> Non
     text = buffer.getvalue()
     assert "--- herald status" not in text
     assert "\x1b[" in text  # cursor movement and colour: a terminal's screen
-    assert text.count("\x1b[1mherald status\x1b[0m · 2026-12-07 09:00Z") == 2  # drawn twice
+    assert text.count("\x1b[1mherald status\x1b[0m · 2026-12-07 09:00Z") >= 2  # drawn, redrawn
     assert "not refreshed, the database did not answer: connection refused" in text
