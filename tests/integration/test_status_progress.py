@@ -6,6 +6,7 @@ written directly, at fixed times."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,22 @@ def test_piped_text_uses_columns_if_set_else_is_unbounded(
     assert all(cell_len(line) <= 40 for line in narrow.stdout.splitlines()), narrow.stdout
     assert not any(LONG in line for line in narrow.stdout.splitlines())
     assert LONG in "".join(narrow.stdout.split())
+
+
+def test_the_screen_of_a_fixed_database_is_the_committed_one(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    """From rows to screen on either database: the same data, the same 80 columns."""
+    name = launched(engine, tmp_path, LONG)
+    welcome, tips = job_ids(engine, name, "welcome"), job_ids(engine, name, "tips")
+    set_jobs(engine, welcome[:6], state="sent", outcome_at=NOW - timedelta(minutes=4))
+    set_jobs(engine, welcome[6:8], state="failed", outcome_code=550, outcome_text="5.1.1 no <a@b>")
+    set_jobs(engine, welcome[6:8], outcome_at=NOW - timedelta(minutes=2))
+    set_jobs(engine, tips[:1], state="in_doubt", in_doubt_reason="timeout in DATA")
+    set_jobs(engine, tips[1:], not_before=NOW + timedelta(hours=2))
+    text = cli(db_url, "status", "--now", NOW.isoformat(), "--width", "80")
+    assert text.exit_code == 0, text.output
+    path = Path(__file__).parent.parent / "snapshots" / "status_db_80.txt"
+    if os.environ.get("HERALD_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(text.stdout, encoding="utf-8")
+    assert text.stdout == path.read_text(encoding="utf-8")
