@@ -9,9 +9,12 @@ Schema (stable; scripts and tests read it; keys are only ever added):
                     "fires": {due, done, skipped}, "enrollments": {active, left, ended, done},
                     "due": {now, within_1h, within_24h, within_7d, later},
                     "scheduler_note", "pause_reason",
-                    "steps": [{"step", "total", "counts": {state: n for every state}}],
-                    "totals": {state: n}}],
+                    "steps": [{"step", "total", "counts": {state: n for every state},
+                               "left", "rate_per_minute", "eta"}],
+                    "totals": {state: n}, "left", "rate_per_minute", "eta",
+                    "top_failures": [{"reason", "count"}]}],
      "totals": {state: n}, "due": {bucket: n}, "in_doubt": n, "failed": n,
+     "left", "rate_per_minute", "eta", "rate_window_minutes",
      "relays": [{"relay", "state", "since", "last_error", "worker", "updated_at"}]}
 Every state and bucket appears in every mapping, zero included. Times are ISO-8601 UTC
 (``next_fire_local``: the same instant in ``timezone``, the zone of a ``start_at`` or
@@ -19,6 +22,15 @@ Every state and bucket appears in every mapping, zero included. Times are ISO-86
 the trigger will fire no more (null: not a timed trigger; false with no ``next_fire``: the
 stored definition could not be read, the next fire is unknown). ``pause_reason``: why the
 campaign paused itself (its ``pause_on_errors`` threshold), null otherwise and once resumed.
+``steps``: in the order of the campaign's ``steps:`` as launched, a step without jobs yet
+included (all zero); steps with jobs that the stored spec no longer has come last, by name.
+``left``: jobs still to be attempted (pending, claimed, sending). ``rate_per_minute``: jobs
+that finished (sent or failed) in the last ``rate_window_minutes`` before ``now``, per minute
+since the first of them (0.0 if none). ``eta``: when ``left`` should be done at that rate (never
+before the last pending job falls due), null if the rate is zero or nothing is left.
+``top_failures``: the commonest reasons failed jobs failed (the relay's code and reply, one
+line, addresses shown as ``<address>``), at most three, commonest first
+(herald/app/status_progress.py says how each is measured).
 ``relays``: every relay a worker ever found unreachable (``relay_status``, by name), ``state``
 ``unreachable`` (since ``since``) or ``ok`` (again, since ``since``); empty if none ever was.
 
@@ -30,7 +42,7 @@ that have all ended.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -39,6 +51,15 @@ from campaigns.store import CampaignStore
 from dispatch.states import State
 from dispatch.store import OutboxStore
 from herald.app.common import Clock, utc_now
+from herald.app.status_progress import (
+    RATE_WINDOW,
+    Pace,
+    in_spec_order,
+    left_of,
+    paces,
+    step_orders,
+    top_failures,
+)
 from herald.app.status_reads import (
     EnrollmentSummary,
     FireSummary,
@@ -77,27 +98,42 @@ def status(
         enrollments = enrollment_summaries(conn, campaign)
         histograms = due_histograms(conn, campaign, now)
         relays = outbox.relay_statuses(conn)
+        pace = paces(conn, campaign, now)
+        failures = top_failures(conn, campaign)
+        orders = step_orders(
+            conn, {r.name: r.spec_hash for r in rows if campaign in (None, r.name)}
+        )
     by_campaign: dict[str, dict[str, dict[str, int]]] = {}
     for name, step, state, n in counts:
         by_campaign.setdefault(name, {}).setdefault(step, zero_counts())[state] = n
     totals = zero_counts()
     due_totals = zero_buckets()
+    overall_pace = Pace()
     documents = []
     for row in rows:
         if campaign is not None and row.name != campaign:
             continue
         steps = by_campaign.get(row.name, {})
         campaign_totals = zero_counts()
+        campaign_pace = Pace()
         step_docs = []
-        for step_id in sorted(steps):
-            step_counts = steps[step_id]
+        for step_id in in_spec_order(steps, orders.get(row.name, ())):
+            step_counts = steps.get(step_id, zero_counts())
             for state, n in step_counts.items():
                 campaign_totals[state] += n
+            step_pace = pace.get((row.name, step_id), Pace())
+            campaign_pace = campaign_pace.merged(step_pace)
             step_docs.append(
-                {"step": step_id, "total": sum(step_counts.values()), "counts": step_counts}
+                {
+                    "step": step_id,
+                    "total": sum(step_counts.values()),
+                    "counts": step_counts,
+                    **_progress(step_pace, step_counts, now),
+                }
             )
         for state, n in campaign_totals.items():
             totals[state] += n
+        overall_pace = overall_pace.merged(campaign_pace)
         due = histograms.get(row.name, zero_buckets())
         for bucket, n in due.items():
             due_totals[bucket] += n
@@ -125,6 +161,8 @@ def status(
                 "pause_reason": row.pause_reason,
                 "steps": step_docs,
                 "totals": campaign_totals,
+                **_progress(campaign_pace, campaign_totals, now),
+                "top_failures": failures.get(row.name, []),
             }
         )
     if campaign is not None and not documents:
@@ -136,6 +174,8 @@ def status(
         "due": due_totals,
         "in_doubt": totals[State.IN_DOUBT.value],
         "failed": totals[State.FAILED.value],
+        **_progress(overall_pace, totals, now),
+        "rate_window_minutes": RATE_WINDOW // timedelta(minutes=1),
         "relays": [
             {
                 "relay": r.relay,
@@ -147,6 +187,15 @@ def status(
             }
             for r in relays
         ],
+    }
+
+
+def _progress(pace: Pace, counts: dict[str, int], now: datetime) -> dict[str, Any]:
+    left = left_of(counts)
+    return {
+        "left": left,
+        "rate_per_minute": round(pace.rate_per_minute(now), 3),
+        "eta": _iso(pace.eta(now, left)),
     }
 
 

@@ -60,10 +60,11 @@ def test_status_counts_and_refuses_an_unknown_campaign(engine: Engine, tmp_path:
     name = launched(engine, tmp_path)
     snapshot = status(engine, name)
     assert snapshot["totals"]["pending"] == JOBS
+    # In the campaign's order (welcome, tips, later), not by name.
     assert [step["step"] for step in snapshot["campaigns"][0]["steps"]] == [
-        "later",
-        "tips",
         "welcome",
+        "tips",
+        "later",
     ]
     with pytest.raises(UsageError):
         status(engine, "nope")
