@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.base import (
+    DatabaseUrl,
+    DatabaseWait,
+    JsonFlag,
+    SmtpUrl,
+    app,
+    errors_mapped,
+    opened_waiting,
+    reexec_if_reloading,
+)
 from herald.cli.worker import (
     Concurrency,
     Lease,
@@ -40,15 +49,17 @@ def scheduler(
         bool, typer.Option("--once", help="Run one pass and exit (for cron, or a check).")
     ] = False,
     as_json: JsonFlag = False,
+    database_wait: DatabaseWait = None,
 ) -> None:
-    """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT.
+    """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT
+    (SIGHUP: stop the same way, then start again with the same command).
 
     High availability: run two or more on one database (no leader; a fire made twice is one).
     """
     from herald.app.scheduler import run_scheduler, run_scheduler_once
 
     with errors_mapped():
-        service = _service(database_url, tick)
+        service = _service(database_url, tick, database_wait, service_mode=not once)
         if once:
             report = run_scheduler_once(service)
             if as_json:
@@ -64,6 +75,7 @@ def scheduler(
                 f"scheduler done: {totals.passes} pass(es), {totals.busy_passes} fired "
                 f"something, {totals.errors} database error(s)"
             )
+    reexec_if_reloading()
 
 
 @app.command()
@@ -78,8 +90,10 @@ def run(
     retry_base: RetryBase = 30.0,
     poll: Poll = 1.0,
     as_json: JsonFlag = False,
+    database_wait: DatabaseWait = None,
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.
+    SIGHUP: stop gracefully, then start again with the same command (a reload).
 
     To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
     """
@@ -95,7 +109,7 @@ def run(
         poll=poll,
     )
     with errors_mapped():
-        service = _service(database_url, tick)
+        service = _service(database_url, tick, database_wait, service_mode=True)
         worker = build_worker(service.engine, smtp_url, options)
         report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
         if as_json:
@@ -106,15 +120,21 @@ def run(
                 f"run done: {s.passes} scheduler pass(es); {w.sent} sent, {w.retried} to retry, "
                 f"{w.failed} failed, {w.in_doubt} in doubt, {w.released} released"
             )
+    reexec_if_reloading()
 
 
-def _service(database_url: str, tick: float) -> SchedulerService:
+def _service(
+    database_url: str, tick: float, database_wait: str | None, *, service_mode: bool
+) -> SchedulerService:
     from herald.app.scheduler import SchedulerOptions, SchedulerService
     from herald.app.unsubscribe import links_from_env
 
     links = links_from_env()  # a malformed setting stops here, before any pass
     return SchedulerService(
-        opened(database_url), options=SchedulerOptions(tick=tick), say=_say_pass, links=links
+        opened_waiting(database_url, database_wait, service=service_mode),
+        options=SchedulerOptions(tick=tick),
+        say=_say_pass,
+        links=links,
     )
 
 

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.base import (
+    DatabaseUrl,
+    DatabaseWait,
+    JsonFlag,
+    SmtpUrl,
+    app,
+    errors_mapped,
+    opened_waiting,
+    reexec_if_reloading,
+)
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from herald.output import err, out
 
@@ -55,8 +64,10 @@ def worker(
     retry_base: RetryBase = 30.0,
     poll: Poll = 1.0,
     as_json: JsonFlag = False,
+    database_wait: DatabaseWait = None,
 ) -> None:
-    """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
+    """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest.
+    SIGHUP: the same, then start again with the same command (a reload)."""
     from herald.app.worker import WorkerOptions, build_worker, run_worker
 
     options = WorkerOptions(
@@ -70,7 +81,8 @@ def worker(
         poll=poll,
     )
     with errors_mapped():
-        the_worker = build_worker(opened(database_url), smtp_url, options)
+        engine = opened_waiting(database_url, database_wait, service=not until_idle)
+        the_worker = build_worker(engine, smtp_url, options)
         report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
@@ -83,6 +95,7 @@ def worker(
             if r.rate_limited:
                 line += f", {r.rate_limited} held back by rate limits"
             out.print(line)
+    reexec_if_reloading()
 
 
 def _say_stopping() -> None:
