@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 import pytest
 import sqlalchemy.exc
@@ -142,7 +143,7 @@ class FakeTime:
         self.now += seconds
 
 
-def failing(times: int, message: str) -> tuple[list[int], object]:
+def failing(times: int, message: str) -> tuple[list[int], Callable[[], str]]:
     calls: list[int] = []
 
     def open_database() -> str:
@@ -161,7 +162,7 @@ def test_it_retries_with_backoff_and_logs_one_line_per_attempt(
     calls, open_database = failing(4, "Connection refused")
     caplog.set_level(logging.INFO, logger="herald.service")
     got = open_waiting(
-        open_database,  # type: ignore[arg-type]
+        open_database,
         url=URL,
         max_wait=math.inf,
         clock=fake.clock,
@@ -186,7 +187,7 @@ def test_it_gives_up_at_the_deadline_with_one_error() -> None:
     _calls, open_database = failing(1000, "the database system is starting up")
     with pytest.raises(DatabaseError) as raised:
         open_waiting(
-            open_database,  # type: ignore[arg-type]
+            open_database,
             url=URL,
             max_wait=10,
             clock=fake.clock,
@@ -204,7 +205,7 @@ def test_no_wait_raises_the_first_failure_as_it_is() -> None:
     calls, open_database = failing(1, "Connection refused")
     with pytest.raises(DatabaseError) as raised:
         open_waiting(
-            open_database,  # type: ignore[arg-type]
+            open_database,
             url=URL,
             max_wait=0,
             clock=fake.clock,
@@ -222,7 +223,7 @@ def test_a_wrong_password_fails_at_once_even_with_forever(
     calls, open_database = failing(1000, 'FATAL:  password authentication failed for user "h"')
     with pytest.raises(DatabaseError):
         open_waiting(
-            open_database,  # type: ignore[arg-type]
+            open_database,
             url=URL,
             max_wait=math.inf,
             clock=fake.clock,
