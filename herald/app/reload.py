@@ -10,11 +10,14 @@ same, so systemd keeps tracking it. A SIGTERM after the SIGHUP wins: the process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import NoReturn
 
 log = logging.getLogger("herald.service")
@@ -66,6 +69,32 @@ def on_sighup(stop: Callable[[], None], *, stopping: Callable[[], bool]) -> Call
 def install_sighup(stop: Callable[[], None], *, stopping: Callable[[], bool]) -> None:
     """Install ``on_sighup`` on the running loop (call from inside it)."""
     asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_sighup(stop, stopping=stopping))
+
+
+@contextlib.contextmanager
+def signals_before_start() -> Iterator[None]:
+    """While a service waits for its database (nothing taken, nothing started): SIGHUP
+    re-executes at once and SIGTERM exits 0, instead of the default of dying by the signal
+    (which systemd would count as a failure)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_hup(_sig: int, _frame: FrameType | None) -> None:
+        _reexec(os.execv)
+
+    def on_term(_sig: int, _frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    previous = {
+        signal.SIGHUP: signal.signal(signal.SIGHUP, on_hup),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, on_term),
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def command_line() -> list[str]:

@@ -107,9 +107,11 @@ def opened_waiting(url: str, database_wait: str | None, *, service: bool) -> Eng
     up to ``--database-wait`` seconds, by default forever for a ``service``, else not at all."""
     from herald.app.db_wait import open_waiting, wait_seconds
     from herald.app.engine import open_engine
+    from herald.app.reload import signals_before_start
 
     max_wait = wait_seconds(database_wait, service=service)
-    engine = open_waiting(lambda: open_engine(url), url=url, max_wait=max_wait)
+    with signals_before_start():
+        engine = open_waiting(lambda: open_engine(url), url=url, max_wait=max_wait)
     _opened_engines.append(engine)
     return engine
 
