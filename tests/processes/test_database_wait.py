@@ -4,6 +4,7 @@ tests use at the same time and which is never stopped here."""
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 from pathlib import Path
@@ -215,3 +216,22 @@ def test_sighup_while_waiting_restarts_at_once() -> None:
         code = service.stop()
         proxy.stop()
     assert code == 0, service.stderr_lines
+
+
+@postgres_only
+def test_serve_waits_for_its_database_then_listens(db_url: str) -> None:
+    proxy = TcpProxy((PG_HOST, PG_PORT))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERALD_")}
+    env["HERALD_SIGNING_KEYS"] = "k1:old-secret-0123456789"
+    served = ServiceProcess(
+        ["serve", "--port", "0", "--database-url", through(proxy, db_url)], env=env
+    )
+    try:
+        served.wait_for_line(WAITING, count=2)
+        assert not served.lines_with("listening on")
+        proxy.open()
+        served.wait_for_line("listening on", timeout=60)
+    finally:
+        code = served.stop()
+        proxy.stop()
+    assert code == 0, served.stderr_lines

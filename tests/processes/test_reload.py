@@ -144,3 +144,33 @@ def test_sighup_restarts_serve_and_it_serves_again(db_url: str) -> None:
     assert code == 0, served.stderr_lines
     assert len(first) == 1
     assert len(served.lines_with(RELOADING)) == 1
+
+
+def test_sighup_restarts_run_and_it_keeps_sending(
+    tmp_path: Path, engine: Engine, db_url: str, smtp_server: LedgerSMTPServer
+) -> None:
+    run = ServiceProcess(
+        [
+            "run",
+            "--database-url",
+            db_url,
+            "--smtp-url",
+            f"smtp://{smtp_server.host}:{smtp_server.port}",
+            "--tick",
+            "0.5",
+            "--poll",
+            "0.05",
+        ]
+    )
+    try:
+        run.wait_for_line("scheduler running")
+        run.signal(signal.SIGHUP)
+        run.wait_for_line("scheduler running", count=2)
+        launch(engine, write_campaign(tmp_path / "a", recipients=3)[0])  # 9 jobs
+        wait_until(lambda: states(engine)["sent"] == 9, timeout=60, what="all 9 sent")
+    finally:
+        code = run.stop()
+    assert code == 0, run.stderr_lines
+    assert len([line for line in run.stdout_lines if line.startswith("run done")]) == 2
+    accepted = smtp_server.accepted_ids()
+    assert len(accepted) == len(set(accepted)) == 9
