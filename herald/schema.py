@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Final
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from herald.errors import DatabaseError
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -57,7 +59,29 @@ def upgrade(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+class SchemaTooNew(DatabaseError):
+    """The database was upgraded by a newer Herald than this one: this release does not know
+    its schema, so it must not touch it (exit 2: restarting will not help, upgrading will)."""
+
+    exit_code = 2
+
+
 def ensure_schema(engine: Engine) -> None:
     """Upgrade only when behind: the common case costs one small query."""
-    if current_revision(engine) != HEAD_REVISION:
-        upgrade(engine)
+    current = current_revision(engine)
+    if current == HEAD_REVISION:
+        return
+    if current is not None and _newer(current, HEAD_REVISION):
+        # Say so in one line rather than let Alembic fail on a revision it cannot find: what
+        # a host that missed a rolling upgrade meets.
+        raise SchemaTooNew(
+            f"the database's schema is at revision {current}, newer than this Herald's "
+            f"({HEAD_REVISION})",
+            hint="install the release that upgraded it on this host too",
+        )
+    upgrade(engine)
+
+
+def _newer(revision: str, than: str) -> bool:
+    """Herald's revisions are numbered (0001, 0002, ...); anything else is left to Alembic."""
+    return revision.isdigit() and than.isdigit() and int(revision) > int(than)

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from herald.app.common import Clock, utc_now
+from herald.app.reload import install_sighup, reload_request
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -302,6 +303,7 @@ def _pass_functions(
 
 def stop_on_signals(on_first: Callable[[], None]) -> None:
     """SIGTERM/SIGINT call ``on_first`` once; a second one exits at once (leases keep it safe).
+    SIGHUP calls ``on_first`` too and asks the CLI to re-execute the command once stopped.
 
     Call from inside the running loop; the handlers go with the loop.
     """
@@ -312,12 +314,16 @@ def stop_on_signals(on_first: Callable[[], None]) -> None:
         nonlocal seen
         seen += 1
         if seen == 1:
+            if reload_request.cancel():
+                return  # stopping already, for a SIGHUP: now it stops for good
             on_first()
         else:
             os._exit(FORCED_EXIT)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    # SIGHUP: the same graceful stop, then the CLI re-executes the command (herald.app.reload).
+    install_sighup(on_first, stopping=lambda: seen > 0)
 
 
 def run_scheduler(

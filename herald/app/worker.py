@@ -17,6 +17,7 @@ from dispatch.rates import RateError, parse_domain_rates
 from dispatch.store import OutboxStore
 from dispatch.transport import RelayUnavailable, TransportConfigError
 from dispatch.worker import Worker, WorkerConfig, WorkerReport
+from herald.app.reload import install_sighup, reload_request
 from herald.errors import ConfigError, HeraldError
 from herald.transports import build_transports
 
@@ -99,7 +100,8 @@ def run_worker(
 
     With ``handle_signals`` (the CLI), SIGTERM/SIGINT stop it gracefully (``on_stopping`` is
     told) and a second one exits at once: leases keep that safe (unstarted claims expire back
-    to pending, started sends become in doubt through recovery).
+    to pending, started sends become in doubt through recovery). SIGHUP stops it gracefully
+    too, for a reload (herald.app.reload).
     """
     try:
         return asyncio.run(_run(worker, handle_signals, on_stopping))
@@ -131,12 +133,21 @@ async def _run(
             nonlocal signals_seen
             signals_seen += 1
             if signals_seen == 1:
+                if reload_request.cancel():
+                    return  # stopping already, for a SIGHUP: now it stops for good
                 if on_stopping is not None:
                     on_stopping()
                 worker.stop()
             else:
                 os._exit(130)
 
+        def stop_for_reload() -> None:
+            if on_stopping is not None:
+                on_stopping()
+            worker.stop()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
+        # SIGHUP: the same graceful stop, then the CLI re-executes the command.
+        install_sighup(stop_for_reload, stopping=lambda: signals_seen > 0)
     return await worker.run()

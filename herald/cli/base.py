@@ -48,6 +48,17 @@ SmtpUrl = Annotated[
         help="smtp://host:port, smtps://user:pass@host:465, smtp://host:587?starttls=true",
     ),
 ]
+DatabaseWait = Annotated[
+    str | None,
+    typer.Option(
+        "--database-wait",
+        envvar="HERALD_DATABASE_WAIT",
+        help="Seconds to wait, with backoff, for a database that is starting or restarting "
+        "(a number, or 'forever'). Default: forever for a service, 0 for --until-idle / --once. "
+        "A wrong password, database or URL fails at once.",
+        show_default=False,
+    ),
+]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 CampaignOption = Annotated[str | None, typer.Option("--campaign", help="Only this campaign.")]
 NowOption = Annotated[
@@ -89,6 +100,28 @@ def opened(url: str) -> Engine:
     engine = open_engine(url)
     _opened_engines.append(engine)
     return engine
+
+
+def opened_waiting(url: str, database_wait: str | None, *, service: bool) -> Engine:
+    """``opened``, but waiting for a database that is starting or restarting (herald.app.db_wait):
+    up to ``--database-wait`` seconds, by default forever for a ``service``, else not at all."""
+    from herald.app.db_wait import open_waiting, wait_seconds
+    from herald.app.engine import open_engine
+    from herald.app.reload import signals_before_start
+
+    max_wait = wait_seconds(database_wait, service=service)
+    with signals_before_start():
+        engine = open_waiting(lambda: open_engine(url), url=url, max_wait=max_wait)
+    _opened_engines.append(engine)
+    return engine
+
+
+def reexec_if_reloading() -> None:
+    """After a service command stopped: re-execute it if a SIGHUP asked for a reload
+    (herald.app.reload). Call outside ``errors_mapped()``, once its engines are disposed."""
+    from herald.app.reload import reexec_if_requested
+
+    reexec_if_requested()
 
 
 def keep_until_done(engine: Engine) -> Engine:

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.base import (
+    DatabaseUrl,
+    DatabaseWait,
+    JsonFlag,
+    SmtpUrl,
+    app,
+    errors_mapped,
+    opened_waiting,
+    reexec_if_reloading,
+)
 from herald.cli.metrics_options import DEFAULT_METRICS_HOST, MetricsHost, MetricsPort
 from herald.cli.worker import (
     Concurrency,
@@ -44,8 +53,10 @@ def scheduler(
     as_json: JsonFlag = False,
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
+    database_wait: DatabaseWait = None,
 ) -> None:
-    """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT.
+    """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT
+    (SIGHUP: stop the same way, then start again with the same command).
 
     High availability: run two or more on one database (no leader; a fire made twice is one).
     """
@@ -53,7 +64,7 @@ def scheduler(
     from herald.metrics_http import metrics_served
 
     with errors_mapped():
-        service, metrics = _service(database_url, tick)
+        service, metrics = _service(database_url, tick, database_wait, service_mode=not once)
         if once:
             report = run_scheduler_once(service)
             if as_json:
@@ -75,6 +86,7 @@ def scheduler(
                 f"scheduler done: {totals.passes} pass(es), {totals.busy_passes} fired "
                 f"something, {totals.errors} database error(s)"
             )
+    reexec_if_reloading()
 
 
 @app.command()
@@ -91,8 +103,10 @@ def run(
     as_json: JsonFlag = False,
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
+    database_wait: DatabaseWait = None,
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.
+    SIGHUP: stop gracefully, then start again with the same command (a reload).
 
     To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
     """
@@ -109,7 +123,9 @@ def run(
         poll=poll,
     )
     with errors_mapped():
-        service, metrics = _service(database_url, tick, worker=True)
+        service, metrics = _service(
+            database_url, tick, database_wait, service_mode=True, worker=True
+        )
         worker = build_worker(service.engine, smtp_url, options, observer=metrics.worker)
         with metrics_served(metrics.registry, metrics_host, metrics_port, command="herald run"):
             report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
@@ -121,10 +137,16 @@ def run(
                 f"run done: {s.passes} scheduler pass(es); {w.sent} sent, {w.retried} to retry, "
                 f"{w.failed} failed, {w.in_doubt} in doubt, {w.released} released"
             )
+    reexec_if_reloading()
 
 
 def _service(
-    database_url: str, tick: float, *, worker: bool = False
+    database_url: str,
+    tick: float,
+    database_wait: str | None,
+    *,
+    service_mode: bool,
+    worker: bool = False,
 ) -> tuple[SchedulerService, ProcessMetrics]:
     """The scheduler loop and the process's metrics (with a worker's, for ``herald run``)."""
     from herald.app.scheduler import SchedulerOptions, SchedulerService
@@ -132,7 +154,7 @@ def _service(
     from herald.metrics import ProcessMetrics
 
     links = links_from_env()  # a malformed setting stops here, before any pass
-    engine = opened(database_url)
+    engine = opened_waiting(database_url, database_wait, service=service_mode)
     metrics = ProcessMetrics(engine, worker=worker, scheduler=True)
     service = SchedulerService(
         engine,

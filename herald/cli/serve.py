@@ -10,7 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from herald.cli.base import DatabaseUrl, app, errors_mapped, opened
+from herald.cli.base import (
+    DatabaseUrl,
+    DatabaseWait,
+    app,
+    errors_mapped,
+    opened_waiting,
+    reexec_if_reloading,
+)
 from herald.defaults import DEFAULT_DATABASE_URL
 from herald.output import err
 
@@ -57,12 +64,14 @@ def serve(
     port: Port = 8025,
     smtp_host: SmtpHost = "127.0.0.1",
     smtp_port: SmtpPort = None,
+    database_wait: DatabaseWait = None,
 ) -> None:
     """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page),
     provider webhooks (POST /events/ses|sendgrid|mailgun|postmark) and, with --smtp-port,
     bounces, complaints and mailto unsubscribes by SMTP.
 
-    Runs until SIGTERM/SIGINT. HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
+    Runs until SIGTERM/SIGINT; SIGHUP stops it the same way and starts it again with the same
+    command (a reload). HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
     in sent messages to work.
     """
     from herald.mail_settings import MailSettings
@@ -72,7 +81,7 @@ def serve(
 
     with errors_mapped():
         settings = MailSettings.from_env()  # settings first: nothing is opened for a bad one
-        engine = opened(database_url)
+        engine = opened_waiting(database_url, database_wait, service=True)
         application = build_app(engine, settings, extra_routes=events.routes(engine, settings))
         alongside: list[Callable[[], Coroutine[Any, Any, None]]] = []
         smtp_sock = None
@@ -120,3 +129,4 @@ def serve(
             sock.close()
             if smtp_sock is not None:
                 smtp_sock.close()
+    reexec_if_reloading()

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.base import (
+    DatabaseUrl,
+    DatabaseWait,
+    JsonFlag,
+    SmtpUrl,
+    app,
+    errors_mapped,
+    opened_waiting,
+    reexec_if_reloading,
+)
 from herald.cli.metrics_options import DEFAULT_METRICS_HOST, MetricsHost, MetricsPort
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
 from herald.output import err, out
@@ -58,8 +67,10 @@ def worker(
     as_json: JsonFlag = False,
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
+    database_wait: DatabaseWait = None,
 ) -> None:
-    """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
+    """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest.
+    SIGHUP: the same, then start again with the same command (a reload)."""
     from herald.app.worker import WorkerOptions, build_worker, run_worker
     from herald.metrics import ProcessMetrics
     from herald.metrics_http import metrics_served
@@ -75,7 +86,7 @@ def worker(
         poll=poll,
     )
     with errors_mapped():
-        engine = opened(database_url)
+        engine = opened_waiting(database_url, database_wait, service=not until_idle)
         metrics = ProcessMetrics(engine, worker=True)
         the_worker = build_worker(engine, smtp_url, options, observer=metrics.worker)
         with metrics_served(metrics.registry, metrics_host, metrics_port, command="herald worker"):
@@ -91,6 +102,7 @@ def worker(
             if r.rate_limited:
                 line += f", {r.rate_limited} held back by rate limits"
             out.print(line)
+    reexec_if_reloading()
 
 
 def _say_stopping() -> None:

@@ -16,8 +16,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
+import signal
 import socket
+import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from herald.app.reload import reload_request
 from herald.errors import ConfigError, HeraldError
 from herald.mail_settings import MailSettings
 from herald.serve import unsubscribe
@@ -118,9 +123,21 @@ def serve(
         def capture_signals(self) -> Iterator[None]:
             # uvicorn re-raises a captured SIGTERM after a graceful shutdown, so the process
             # would end "killed by SIGTERM" (143); a stop that was asked for exits 0.
-            with super().capture_signals():
+            with super().capture_signals(), _sighup_to(self.handle_exit):
                 yield
                 self._captured_signals.clear()
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # SIGHUP (a reload: herald.app.reload) is a graceful stop after which the CLI
+            # re-executes the command; a SIGTERM after it stops for good.
+            if sig == signal.SIGHUP:
+                if self.should_exit or not reload_request.request():
+                    return
+                _say_reloading()
+                sig = signal.SIGTERM
+            else:
+                reload_request.cancel()
+            super().handle_exit(sig, frame)
 
     async def run() -> None:
         others = [asyncio.create_task(start()) for start in alongside]
@@ -132,3 +149,23 @@ def serve(
             await asyncio.gather(*others, return_exceptions=True)
 
     asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _sighup_to(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """SIGHUP goes to ``handler`` while uvicorn runs (signals only in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGHUP, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def _say_reloading() -> None:
+    logging.getLogger("herald.service").warning(
+        "reloading: finishing requests under way, then restarting with the same command",
+        extra={"event": "reload_requested"},
+    )
