@@ -42,7 +42,7 @@ def status(
 
     with errors_mapped():
         clock = clock_option(now)  # a bad --now is refused before the database is opened
-        snapshot = collect(opened(database_url), campaign, clock=clock)
+        snapshot = collect(opened(database_url, create=False), campaign, clock=clock)
         if as_json:
             out.print_json(json.dumps(snapshot))
         else:
