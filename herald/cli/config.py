@@ -90,11 +90,18 @@ def config_command(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 
 def _table(rows: list[Any]) -> None:
-    from rich.table import Table
+    # Plain aligned columns: a rich Table of a hundred rows takes most of a second to lay out.
+    from herald.output import visible
 
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for column in ("setting", "value", "source", "variable"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(row.name, "(unset)" if row.value is None else row.value, row.source, row.env)
-    out.print(table)
+    cells = [("setting", "value", "source", "variable")]
+    cells += [
+        (row.name, "(unset)" if row.value is None else visible(row.value), row.source, row.env)
+        for row in rows
+    ]
+    widths = [max(len(cell[i]) for cell in cells) for i in range(3)]
+    lines = [
+        "  ".join([*(c.ljust(w) for c, w in zip(cell, widths, strict=False)), cell[3]])
+        for cell in cells
+    ]
+    for line in lines:
+        out.print(line, soft_wrap=True)
