@@ -81,6 +81,10 @@ def read(path: Path, known: Mapping[str, Setting]) -> dict[str, str]:
             document = tomllib.load(file)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(_syntax_message(path, exc), hint="TOML: https://toml.io") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.start})", hint="TOML files are UTF-8"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     values: dict[str, str] = {}
@@ -88,12 +92,20 @@ def read(path: Path, known: Mapping[str, Setting]) -> dict[str, str]:
         name = ".".join(key_path)
         env = env_name(key_path)
         setting = known.get(env)
-        if setting is None and key_path[0] == SECRET_TABLE and len(key_path) == 2:
+        if setting is None and _is_secret_variable(key_path):
             setting = Setting(name=name, env=env)
         if setting is None:
             raise ConfigError(f"{path}: unknown setting {name!r}{_suggest(name, known)}", hint=HINT)
         values[env] = _as_text(path, name, setting, value)
     return values
+
+
+def _is_secret_variable(key_path: tuple[str, ...]) -> bool:
+    """``[secret] crm_token``: any name that makes a variable name (HERALD_SECRET_CRM_TOKEN)."""
+    return len(key_path) == 2 and key_path[0] == SECRET_TABLE and bool(_NAME.fullmatch(key_path[1]))
+
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def apply(values: Mapping[str, str], environ: MutableMapping[str, str]) -> set[str]:
@@ -148,6 +160,8 @@ def _as_text(path: Path, name: str, setting: Setting, value: Any) -> str:
         raise ConfigError(
             f"{path}: {name} must be {setting.kind.value}, not {_toml_type(value)}", hint=HINT
         )
+    if "\0" in text:  # no environment variable can hold one
+        raise ConfigError(f"{path}: {name} must not contain a NUL character", hint=HINT)
     if setting.choices and text not in setting.choices:
         raise ConfigError(f"{path}: {name} must be one of {', '.join(setting.choices)}", hint=HINT)
     return text
@@ -164,6 +178,8 @@ def _convert(kind: Kind, value: Any) -> str | None:
         return repr(value)
     if isinstance(value, str) and kind in (Kind.TEXT, Kind.LIST, Kind.SCALAR):
         return value
+    if isinstance(value, int | float) and kind is Kind.TEXT:
+        return str(value)  # `operator = 42`: a number is a fine string
     if isinstance(value, list) and kind in (Kind.LIST, Kind.WORDS):
         if not all(isinstance(item, str | int) and not isinstance(item, bool) for item in value):
             return None
