@@ -59,6 +59,31 @@ def effective(
     return sorted(rows, key=lambda row: row.name)
 
 
+# Variables of Herald's test suite and of the configuration file's own option.
+NOT_SETTINGS = ("HERALD_CONFIG", "HERALD_TEST_", "HERALD_REQUIRE_POSTGRES")
+
+
+def unknown_variables(
+    known: Mapping[str, Setting], environ: Mapping[str, str]
+) -> list[tuple[str, str | None]]:
+    """``HERALD_*`` variables that are no setting (typos, which would be ignored silently), each
+    with the closest setting's variable if one is close."""
+    import difflib
+
+    prefix = f"{PREFIX}_"
+    secret_prefix = f"{prefix}{SECRET_TABLE.upper()}_"
+    suffixes = {env.removeprefix(prefix): env for env in known}
+    found: list[tuple[str, str | None]] = []
+    for env in sorted(environ):
+        if not env.startswith(prefix) or env in known or env.startswith(secret_prefix):
+            continue
+        if env == NOT_SETTINGS[0] or env.startswith(NOT_SETTINGS[1:]):
+            continue
+        close = difflib.get_close_matches(env.removeprefix(prefix), list(suffixes), 1, 0.8)
+        found.append((env, suffixes[close[0]] if close else None))
+    return found
+
+
 def _credentials(settings: Mapping[str, Setting], raw: Mapping[str, str | None]) -> list[str]:
     found: list[str] = []
     for env, value in raw.items():

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from herald.cli.base import JsonFlag, app, errors_mapped
-from herald.output import out, styled
+from herald.output import err, out, styled
 
 if TYPE_CHECKING:
     from herald.config import Loaded
@@ -67,17 +67,20 @@ def _known(ctx: typer.Context) -> dict[str, Setting]:
 def config_command(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Every effective setting, its value (secrets masked) and where it came from."""
     from herald.config import Found, Loaded
-    from herald.config_view import effective
+    from herald.config_view import effective, unknown_variables
 
     with errors_mapped():
         loaded = ctx.meta.get(_LOADED) or Loaded(Found(None, ()))
-        rows = effective(_known(ctx), loaded, os.environ)
+        known = _known(ctx)
+        rows = effective(known, loaded, os.environ)
+        unknown = unknown_variables(known, os.environ)
         found = loaded.found
         if as_json:
             document: dict[str, Any] = {
                 "file": None if found.path is None else str(found.path),
                 "searched": [str(path) for path in found.searched],
                 "settings": [row.as_json() for row in rows],
+                "unknown": [{"env": env, "did_you_mean": close} for env, close in unknown],
             }
             out.print_json(json.dumps(document))
             return
@@ -87,6 +90,9 @@ def config_command(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             looked = ", ".join(str(path) for path in found.searched)
             out.print(styled("configuration file:", "bold"), f"none (looked for {looked})")
         _table(rows)
+        for env, close in unknown:
+            guess = f" (did you mean {close}?)" if close else ""
+            err.print(styled("warning:", "bold yellow"), f"not a Herald setting: {env}{guess}")
 
 
 def _table(rows: list[Any]) -> None:

@@ -272,3 +272,20 @@ def test_the_example_file_is_valid(workdir: Path) -> None:
     document = json.loads(result.stdout)
     from_file = {s["name"] for s in document["settings"] if s["source"].startswith("file ")}
     assert {"database_url", "smtp_url", "worker.concurrency", "log_level"} <= from_file
+
+
+def test_a_misspelt_variable_is_reported(workdir: Path) -> None:
+    env = {"HERALD_WORKER_CONCURENCY": "3", "HERALD_SECRET_CRM": "x", "HERALD_QQQ": "1"}
+    result = invoke("config", env=env)
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: not a Herald setting: HERALD_QQQ",
+        "warning: not a Herald setting: HERALD_WORKER_CONCURENCY"
+        " (did you mean HERALD_WORKER_CONCURRENCY?)",
+    ]
+    document = json.loads(invoke("config", "--json", env=env).stdout)
+    assert document["unknown"] == [
+        {"env": "HERALD_QQQ", "did_you_mean": None},
+        {"env": "HERALD_WORKER_CONCURENCY", "did_you_mean": "HERALD_WORKER_CONCURRENCY"},
+    ]
