@@ -88,6 +88,7 @@ def read(path: Path, known: Mapping[str, Setting]) -> dict[str, str]:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     values: dict[str, str] = {}
+    spelt: dict[str, str] = {}  # the name each variable was given by, for a second spelling
     for key_path, value in _leaves(document, ()):
         name = ".".join(key_path)
         env = env_name(key_path)
@@ -96,6 +97,11 @@ def read(path: Path, known: Mapping[str, Setting]) -> dict[str, str]:
             setting = Setting(name=name, env=env)
         if setting is None:
             raise ConfigError(f"{path}: unknown setting {name!r}{_suggest(name, known)}", hint=HINT)
+        if env in spelt:  # `serve_host` and `[serve] host` are both HERALD_SERVE_HOST
+            raise ConfigError(
+                f"{path}: {spelt[env]!r} and {name!r} are the same setting", hint=HINT
+            )
+        spelt[env] = name
         values[env] = _as_text(path, name, setting, value)
     return values
 

@@ -222,6 +222,7 @@ def one_error(result_output: str) -> tuple[str, str]:
         ('metrics_port = "x"\n', "metrics_port must be an integer, not a string"),
         ("[dkim.keygen]\nalgorithm = 'dsa'\n", "dkim.keygen.algorithm must be one of rsa, ed25519"),
         ("signing_keys = [1.5]\n", "signing_keys must be a string or a list of strings, not an"),
+        ('serve_host = "a"\n[serve]\nhost = "b"\n', "'serve_host' and 'serve.host' are the same"),
     ],
 )
 def test_a_bad_file_is_one_line_naming_it_exit_2(workdir: Path, text: str, expected: str) -> None:
