@@ -290,3 +290,9 @@ def test_a_misspelt_variable_is_reported(workdir: Path) -> None:
         {"env": "HERALD_QQQ", "did_you_mean": None},
         {"env": "HERALD_WORKER_CONCURENCY", "did_you_mean": "HERALD_WORKER_CONCURRENCY"},
     ]
+
+
+def test_an_empty_variable_counts_as_unset(workdir: Path) -> None:
+    # click ignores an empty variable, so the file's value applies rather than the default.
+    (workdir / "herald.toml").write_text("[schedule]\ncount = 4\n")
+    assert fires(env={"HERALD_SCHEDULE_COUNT": ""}) == 4
