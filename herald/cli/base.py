@@ -30,6 +30,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Every option is also HERALD_<COMMAND>_<OPTION> (herald worker --concurrency:
+    # HERALD_WORKER_CONCURRENCY) unless it names its own variable; herald.toml sets them
+    # (herald/config.py).
+    context_settings={"auto_envvar_prefix": "HERALD"},
 )
 
 DatabaseUrl = Annotated[
@@ -93,11 +97,15 @@ def clock_option(now: str | None) -> Clock:
 _opened_engines: list[Engine] = []  # disposed when the command's errors_mapped() block ends
 
 
-def opened(url: str) -> Engine:
-    """The database of ``url``, schema current, disposed when the command ends."""
-    from herald.app.engine import open_engine
+def opened(url: str, *, create: bool = True) -> Engine:
+    """The database of ``url``, schema current, disposed when the command ends.
 
-    engine = open_engine(url)
+    ``create=False`` for read-only commands: the database must exist with a current schema
+    (else exit 1 naming it); nothing is created or upgraded (herald.app.engine.open_existing).
+    """
+    from herald.app.engine import open_engine, open_existing
+
+    engine = open_engine(url) if create else open_existing(url)
     _opened_engines.append(engine)
     return engine
 

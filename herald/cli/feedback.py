@@ -32,7 +32,7 @@ def feedback(
     with errors_mapped():
         if kind is not None and kind not in KINDS:
             raise UsageError(f"unknown kind {kind!r}", hint="one of " + ", ".join(KINDS))
-        summary = feedback_summary(opened(database_url), kind=kind, limit=limit)
+        summary = feedback_summary(opened(database_url, create=False), kind=kind, limit=limit)
         if as_json:
             out.print_json(json.dumps(summary.to_json()))
             return

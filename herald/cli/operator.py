@@ -198,7 +198,7 @@ def _list(state: State, campaign: str | None, database_url: str, as_json: bool) 
     from herald.app.operator import list_jobs
 
     with errors_mapped():
-        rows = list_jobs(opened(database_url), state, campaign)
+        rows = list_jobs(opened(database_url, create=False), state, campaign)
         if as_json:
             out.print_json(json.dumps({"jobs": _rows_json(rows), "count": len(rows)}))
             return

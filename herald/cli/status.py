@@ -64,7 +64,7 @@ def status(
 
     with errors_mapped():
         clock = clock_option(now)  # a bad --now is refused before the database is opened
-        engine = opened(database_url)
+        engine = opened(database_url, create=False)
 
         def take() -> dict[str, Any]:
             return collect(engine, campaign, clock=clock)

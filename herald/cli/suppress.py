@@ -136,7 +136,7 @@ def list_(
     from herald.app.suppress import list_entries
 
     with errors_mapped():
-        found = list_entries(opened(database_url), scope=scope, address=address)
+        found = list_entries(opened(database_url, create=False), scope=scope, address=address)
         if as_json:
             doc = {"suppressions": [entry.as_dict() for entry in found], "count": len(found)}
             out.print_json(json.dumps(doc))
