@@ -151,6 +151,6 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
     return [
         Route("/", dash.page(campaigns), methods=["GET"]),
         Route("/fragments/campaigns", dash.page(fragment), methods=["GET"]),
-        Route("/campaigns/{name}", dash.page(campaign), methods=["GET"]),
+        Route("/campaigns/{name:path}", dash.page(campaign), methods=["GET"]),
         Route("/campaigns/control", dash.action(control), methods=["POST"]),
     ]
