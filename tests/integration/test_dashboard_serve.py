@@ -21,12 +21,14 @@ def test_dashboard_off_without_a_secret(db_url: str) -> None:
 
 
 def test_dashboard_on_with_a_password(db_url: str) -> None:
-    with herald_serve(db_url, {**KEYS, "HERALD_DASHBOARD_PASSWORD": PASSWORD}) as served:
-        with httpx.Client(base_url=served.base_url) as client:
-            first = client.get("/")
-            assert (first.status_code, first.headers["location"]) == (303, "/login?next=%2F")
-            answer = client.post("/login", data={"secret": PASSWORD})
-            assert answer.status_code == 303
-            assert client.get("/").status_code == 200
+    with (
+        herald_serve(db_url, {**KEYS, "HERALD_DASHBOARD_PASSWORD": PASSWORD}) as served,
+        httpx.Client(base_url=served.base_url) as client,
+    ):
+        first = client.get("/")
+        assert (first.status_code, first.headers["location"]) == (303, "/login?next=%2F")
+        answer = client.post("/login", data={"secret": PASSWORD})
+        assert answer.status_code == 303
+        assert client.get("/").status_code == 200
     assert not any("dashboard off" in line for line in served.lines)
     assert not any(PASSWORD in line for line in served.lines)

@@ -73,7 +73,8 @@ def test_bearer_is_the_token_only() -> None:
 def test_csrf_token_is_bound_to_the_session() -> None:
     one = auth.read_cookie(SETTINGS, auth.new_cookie(SETTINGS, "password", NOW), NOW)
     two = auth.read_cookie(SETTINGS, auth.new_cookie(SETTINGS, "password", NOW), NOW)
-    assert one is not None and two is not None
+    assert one is not None
+    assert two is not None
     token = auth.csrf_token(SETTINGS, one)
     assert auth.csrf_ok(SETTINGS, one, token)
     assert not auth.csrf_ok(SETTINGS, two, token)
@@ -113,7 +114,9 @@ def test_settings_from_env_and_secrets_learnt() -> None:
     on = DashboardSettings.from_env(
         KEYS, environ={"HERALD_DASHBOARD_PASSWORD": " hunter2-long-pw "}
     )
-    assert on.enabled and on.password == "hunter2-long-pw" and on.token is None
+    assert on.enabled
+    assert on.password == "hunter2-long-pw"
+    assert on.token is None
     assert "hunter2-long-pw" not in repr(on)
     assert "hunter2-long-pw" not in known_secrets.scrub("pw is hunter2-long-pw")
 
@@ -126,7 +129,9 @@ def test_when_formats_utc() -> None:
 
 def test_chart_geometry_scales_to_the_peak() -> None:
     chart = sends_chart(Buckets(NOW, timedelta(minutes=1), [2, 0, 4]))
-    assert chart.unit == "minute" and chart.peak == 4 and chart.total == 6
+    assert chart.unit == "minute"
+    assert chart.peak == 4
+    assert chart.total == 6
     assert len(chart.bars) == 2  # the empty minute draws nothing
     tall = chart.bars[1]
     assert tall.y == chart.plot_top
