@@ -9,10 +9,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatch.states import State
 from herald.app import suppress
+from herald.serve.dashboard.auth import MAX_FAILURES
 from tests.support.dashboard_client import DashClient
 from tests.support.dashboard_setup import (
     PASSWORD,
@@ -176,6 +178,15 @@ def test_resolve_in_doubt_each_outcome_changes_the_job(engine: Engine, tmp_path:
         back = parse(client.get("/in-doubt").text)
         assert key[:16] in back.one(data_test="flash").text()
         assert not back.find_all("tr", data_job=key)
+    with engine.connect() as conn:
+        actors = conn.execute(
+            sa.text(
+                "select e.actor from send_event e join send_job j on j.id = e.job_id"
+                " where j.key = :k and e.to_state = 'sent'"
+            ),
+            {"k": chosen[0]},
+        ).scalars()
+        assert list(actors) == ["dashboard:password"]
     again = client.post(
         "/in-doubt/resolve", data={"key": chosen[0], "outcome": "failed", "csrf_token": token}
     )
@@ -310,3 +321,13 @@ def test_dashboard_off_without_secrets(engine: Engine) -> None:
         assert client.get(page).status_code == 404
     assert client.post("/login", data={"secret": ""}).status_code == 404
     assert client.get("/healthz").status_code == 200
+
+
+def test_failed_logins_are_limited_by_count(engine: Engine) -> None:
+    client = DashClient(dashboard_app(engine))
+    for _ in range(MAX_FAILURES):
+        assert client.post("/login", data={"secret": "guess"}).status_code == 401
+    blocked = client.post("/login", data={"secret": PASSWORD})
+    assert blocked.status_code == 429
+    assert "herald_session" not in blocked.headers.get("set-cookie", "")
+    assert parse(blocked.text).find_all(data_test="error")
