@@ -60,7 +60,8 @@ def serve(
 ) -> None:
     """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page),
     provider webhooks (POST /events/ses|sendgrid|mailgun|postmark) and, with --smtp-port,
-    bounces, complaints and mailto unsubscribes by SMTP.
+    bounces, complaints and mailto unsubscribes by SMTP. With HERALD_DASHBOARD_PASSWORD or
+    HERALD_DASHBOARD_TOKEN set, also the web dashboard at / (docs/operations/dashboard.md).
 
     Runs until SIGTERM/SIGINT. HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
     in sent messages to work.

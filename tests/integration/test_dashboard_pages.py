@@ -331,3 +331,20 @@ def test_failed_logins_are_limited_by_count(engine: Engine) -> None:
     assert blocked.status_code == 429
     assert "herald_session" not in blocked.headers.get("set-cookie", "")
     assert parse(blocked.text).find_all(data_test="error")
+
+
+def test_oversized_or_unparsable_forms_change_nothing(prepared: Engine) -> None:
+    client = logged_in(prepared)
+    token = client.csrf()
+    before = snapshot(prepared)
+    huge = client.post(
+        "/suppressions",
+        data={"address": "x@example.com", "reason": "r" * 70_000, "csrf_token": token},
+    )
+    assert huge.status_code == 413
+    multipart = client.post(
+        "/suppressions",
+        files={"address": (None, "x@example.com"), "csrf_token": (None, token)},
+    )
+    assert multipart.status_code == 403
+    assert snapshot(prepared) == before

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import jinja2
 import sqlalchemy as sa
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -217,10 +217,25 @@ class Dashboard:
         return guarded
 
     async def form(self, request: Request) -> FormData | None:
+        """The urlencoded form (what browsers and ``curl -d`` send), read up to ``MAX_FORM``
+        bytes (None beyond). Any other body is an empty form, so it fails the CSRF check."""
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_FORM:
             return None
-        return await request.form(max_files=0, max_fields=50, max_part_size=MAX_FORM)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM:
+                return None
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/x-www-form-urlencoded":
+            return FormData()
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50)
+        except (UnicodeDecodeError, ValueError):
+            return FormData()
+        fields: list[tuple[str, str | UploadFile]] = list(pairs)
+        return FormData(fields)
 
 
 def text_field(form: FormData, name: str) -> str:
