@@ -138,11 +138,14 @@ class Dashboard:
         *,
         session: Session | None = None,
         status: int = 200,
+        fragment: bool = False,
         **context: Any,
     ) -> HTMLResponse:
+        """``template`` as a page (``fragment``: a part the page fetches, which leaves the
+        flash message for the page it was meant for)."""
         nonce = secrets.token_urlsafe(16)
         flash = None
-        if session is not None and not session.bearer:
+        if session is not None and not session.bearer and not fragment:
             flash = auth.read_flash(self.settings, session, request.cookies.get(FLASH_COOKIE))
         text = _ENVIRONMENT.get_template(template).render(
             nonce=nonce,
@@ -153,7 +156,7 @@ class Dashboard:
             **context,
         )
         response = HTMLResponse(text, status_code=status, headers=security_headers(nonce))
-        if request.cookies.get(FLASH_COOKIE):
+        if request.cookies.get(FLASH_COOKIE) and not fragment:
             response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
