@@ -68,7 +68,8 @@ def serve(
 ) -> None:
     """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page),
     provider webhooks (POST /events/ses|sendgrid|mailgun|postmark) and, with --smtp-port,
-    bounces, complaints and mailto unsubscribes by SMTP.
+    bounces, complaints and mailto unsubscribes by SMTP. With HERALD_DASHBOARD_PASSWORD or
+    HERALD_DASHBOARD_TOKEN set, also the web dashboard at / (docs/operations/dashboard.md).
 
     Runs until SIGTERM/SIGINT; SIGHUP stops it the same way and starts it again with the same
     command (a reload). HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
@@ -78,11 +79,18 @@ def serve(
     from herald.serve import events, inbound
     from herald.serve.app import bind, build_app
     from herald.serve.app import serve as run_app
+    from herald.serve.dashboard.settings import DashboardSettings
 
     with errors_mapped():
         settings = MailSettings.from_env()  # settings first: nothing is opened for a bad one
         engine = opened_waiting(database_url, database_wait, service=True)
-        application = build_app(engine, settings, extra_routes=events.routes(engine, settings))
+        board = DashboardSettings.from_env(settings.signing_keys, public_url=settings.public_url)
+        application = build_app(
+            engine,
+            settings,
+            extra_routes=events.routes(engine, settings),
+            dashboard_settings=board,
+        )
         alongside: list[Callable[[], Coroutine[Any, Any, None]]] = []
         smtp_sock = None
         if smtp_port is not None:
@@ -114,12 +122,18 @@ def serve(
             alongside.append(listen)
         sock = bind(host, port)
 
+        dashboard_note = (
+            "dashboard at /"
+            if board.enabled
+            else "dashboard off: set HERALD_DASHBOARD_PASSWORD or HERALD_DASHBOARD_TOKEN"
+        )
+
         def ready(bound_host: str, bound_port: int) -> None:
             public = settings.public_url or "HERALD_PUBLIC_URL not set"
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # an IPv6 address
             err.print(
                 f"herald serve: listening on http://{shown}:{bound_port} "
-                f"(one-click unsubscribe at /u/<token>; public URL: {public})",
+                f"(one-click unsubscribe at /u/<token>; public URL: {public}; {dashboard_note})",
                 highlight=False,
             )
 

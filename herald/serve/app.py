@@ -33,7 +33,8 @@ from starlette.routing import BaseRoute, Route
 from herald.app.reload import reload_request
 from herald.errors import ConfigError, HeraldError
 from herald.mail_settings import MailSettings
-from herald.serve import unsubscribe
+from herald.serve import dashboard, unsubscribe
+from herald.serve.dashboard.settings import DashboardSettings
 from herald.serve.health import routes as probe_routes
 
 SETTINGS_HINT = (
@@ -47,6 +48,7 @@ def build_app(
     mail_settings: MailSettings,
     *,
     extra_routes: Sequence[BaseRoute] = (),
+    dashboard_settings: DashboardSettings | None = None,
 ) -> Starlette:
     """The application; ConfigError without HERALD_SIGNING_KEYS (no token could be read)."""
     if mail_settings.signing_keys is None:
@@ -61,6 +63,8 @@ def build_app(
         *probe_routes(engine),  # /readyz, /metrics
         *extra_routes,
     ]
+    if dashboard_settings is not None:  # last: its `/` must not shadow the routes above
+        routes += dashboard.routes(engine, dashboard_settings)
     return Starlette(routes=routes)
 
 
