@@ -67,8 +67,10 @@ def no_script_ran(page: Page, dialogs: list[str]) -> None:
 
 
 def test_markup_and_script_in_names_subjects_and_reasons_are_shown_as_text(
-    page: Page, hostile_world: World
+    hostile_world: World, page: Page
 ) -> None:
+    # hostile_world first: the browser context closes before herald serve stops, so the
+    # server's graceful stop does not wait for the browser's keep-alive connection.
     dialogs: list[str] = []
 
     def dismiss(dialog: Dialog) -> None:

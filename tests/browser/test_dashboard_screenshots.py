@@ -13,8 +13,9 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 
 from tests.browser.pages import log_in
-from tests.browser.world import NEWSLETTER, World
+from tests.browser.world import DELIVERED, NEWSLETTER, World
 
+READER = DELIVERED[0]
 SUPPRESSED = [
     ("bounced@example.org", "hard bounce: mailbox unknown"),
     ("complaint@example.net", "marked as spam"),
@@ -60,6 +61,10 @@ def test_screenshots_of_the_main_pages(page: Page, world: World, screenshot_dir:
     evidence = page.locator(f'tr[data-job="{world.in_doubt[-1]}"] [data-test=evidence]')
     expect(evidence).to_be_visible()
     shoot(page, folder, "in-doubt")
+
+    page.goto(world.url(f"/preview?campaign={NEWSLETTER}&step=announce&recipient={READER}"))
+    expect(page.locator("[data-test=preview]")).to_contain_text("Spring is here")
+    shoot(page, folder, "preview")
 
     page.goto(world.url("/dead"))
     expect(page.locator(f'tr[data-job="{world.dead[-1]}"] [data-test=retry]')).to_be_visible()

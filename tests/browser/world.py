@@ -105,19 +105,28 @@ def worker_command(db_url: str, smtp: LedgerSMTPServer, *extra: str) -> list[str
     ]  # fmt: skip
 
 
-def run_worker(db_url: str, smtp: LedgerSMTPServer) -> dict[str, Any]:
-    """``herald worker --until-idle`` as a real process, to the end; its JSON report."""
-    done = subprocess.run(
+def start_worker(db_url: str, smtp: LedgerSMTPServer) -> subprocess.Popen[str]:
+    """``herald worker --until-idle`` as a real process."""
+    return subprocess.Popen(
         worker_command(db_url, smtp),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
         env=herald_env({}),
     )
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
+
+
+def finish_worker(worker: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
+    """Wait for the worker to exit (killing it after ``timeout``); its JSON report."""
+    try:
+        stdout, stderr = worker.communicate(timeout=timeout)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+    assert worker.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    report: dict[str, Any] = json.loads(stdout)
     return report
 
 
@@ -126,7 +135,7 @@ def keys_for(engine: Engine, recipients: Sequence[str], step: str | None = None)
     if step is not None:
         query = query.where(send_job.c.step == step)
     with engine.connect() as conn:
-        return sorted(conn.execute(query.order_by(send_job.c.recipient)).scalars())
+        return list(conn.execute(query.order_by(send_job.c.recipient, send_job.c.step)).scalars())
 
 
 def message_ids_for(engine: Engine, recipients: Sequence[str], step: str) -> set[str]:
@@ -169,8 +178,9 @@ def suppressed(engine: Engine) -> list[tuple[str, str, str]]:
         return [(r.address, r.scope, r.reason) for r in rows]
 
 
-def send_newsletter(engine: Engine, db_url: str, folder: Path) -> tuple[list[str], list[str]]:
-    """Launch and send the newsletter; the keys left in doubt and the dead ones."""
+def launch_newsletter(engine: Engine, db_url: str, folder: Path) -> LedgerSMTPServer:
+    """Launch the newsletter; an SMTP server (not started) that leaves some of it in doubt and
+    refuses some recipients."""
     launched = launch_json(db_url, write_yaml(folder / "newsletter", NEWSLETTER_YAML))
     assert launched["new_jobs"] == 2 * len(DELIVERED + IN_DOUBT + DEAD), launched
     doubtful = message_ids_for(engine, IN_DOUBT, "announce")
@@ -181,14 +191,7 @@ def send_newsletter(engine: Engine, db_url: str, folder: Path) -> tuple[list[str
             return Fault.RCPT_REJECT
         return Fault.DROP_AFTER_STORE if key in doubtful else Fault.ACCEPT
 
-    with LedgerSMTPServer(folder / "ledger.txt", fault_plan=plan) as smtp:
-        report = run_worker(db_url, smtp)
-    assert report["in_doubt"] == len(IN_DOUBT), report
-    assert report["failed"] == 2 * len(DEAD), report
-    in_doubt, dead = keys_for(engine, IN_DOUBT, "announce"), keys_for(engine, DEAD)
-    assert {job_state(engine, key) for key in in_doubt} == {"in_doubt"}
-    assert {job_state(engine, key) for key in dead} == {"failed"}
-    return in_doubt, dead
+    return LedgerSMTPServer(folder / "ledger.txt", fault_plan=plan)
 
 
 @contextmanager
@@ -199,6 +202,16 @@ def build_world(
     folder = tmp_path_factory.mktemp(f"dashboard-{backend}")
     with ExitStack() as stack:
         db_url, engine = stack.enter_context(database(backend, request, folder))
-        in_doubt, dead = send_newsletter(engine, db_url, folder)
-        served = stack.enter_context(herald_serve(db_url, SETTINGS))
+        with launch_newsletter(engine, db_url, folder) as smtp:
+            # The worker sends while herald serve starts: two process start-ups at once.
+            worker = start_worker(db_url, smtp)
+            try:
+                served = stack.enter_context(herald_serve(db_url, SETTINGS))
+            finally:
+                report = finish_worker(worker)
+        assert report["in_doubt"] == len(IN_DOUBT), report
+        assert report["failed"] == 2 * len(DEAD), report
+        in_doubt, dead = keys_for(engine, IN_DOUBT, "announce"), keys_for(engine, DEAD)
+        assert {job_state(engine, key) for key in in_doubt} == {"in_doubt"}
+        assert {job_state(engine, key) for key in dead} == {"failed"}
         yield World(backend, db_url, engine, served, folder, in_doubt, dead)
