@@ -69,11 +69,24 @@ def serve(
     from herald.serve import events, inbound
     from herald.serve.app import bind, build_app
     from herald.serve.app import serve as run_app
+    from herald.serve.dashboard.settings import DashboardSettings
 
     with errors_mapped():
         settings = MailSettings.from_env()  # settings first: nothing is opened for a bad one
         engine = opened(database_url)
-        application = build_app(engine, settings, extra_routes=events.routes(engine, settings))
+        board = DashboardSettings.from_env(settings.signing_keys, public_url=settings.public_url)
+        if not board.enabled:
+            err.print(
+                "herald serve: dashboard off (set HERALD_DASHBOARD_PASSWORD or"
+                " HERALD_DASHBOARD_TOKEN to enable it)",
+                highlight=False,
+            )
+        application = build_app(
+            engine,
+            settings,
+            extra_routes=events.routes(engine, settings),
+            dashboard_settings=board,
+        )
         alongside: list[Callable[[], Coroutine[Any, Any, None]]] = []
         smtp_sock = None
         if smtp_port is not None:

@@ -27,7 +27,8 @@ from starlette.routing import BaseRoute, Route
 
 from herald.errors import ConfigError, HeraldError
 from herald.mail_settings import MailSettings
-from herald.serve import unsubscribe
+from herald.serve import dashboard, unsubscribe
+from herald.serve.dashboard.settings import DashboardSettings
 
 SETTINGS_HINT = (
     "set HERALD_SIGNING_KEYS to the same key ring the launch and scheduler processes use "
@@ -40,6 +41,7 @@ def build_app(
     mail_settings: MailSettings,
     *,
     extra_routes: Sequence[BaseRoute] = (),
+    dashboard_settings: DashboardSettings | None = None,
 ) -> Starlette:
     """The application; ConfigError without HERALD_SIGNING_KEYS (no token could be read)."""
     if mail_settings.signing_keys is None:
@@ -53,6 +55,8 @@ def build_app(
         Route("/healthz", health, methods=["GET"]),
         *extra_routes,
     ]
+    if dashboard_settings is not None:  # last: its `/` must not shadow the routes above
+        routes += dashboard.routes(engine, dashboard_settings)
     return Starlette(routes=routes)
 
 
