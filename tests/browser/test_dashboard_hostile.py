@@ -88,6 +88,10 @@ def test_markup_and_script_in_names_subjects_and_reasons_are_shown_as_text(
 
     page.goto(world.url(f"/campaigns/{quote(NAME, safe='')}"))
     expect(page.locator("body")).to_contain_text(NAME)
+    step = page.locator("tr[data-step]")
+    expect(step).to_have_count(1)
+    expect(step).to_contain_text(STEP)
+    assert step.get_attribute("data-step") == STEP
     no_script_ran(page, dialogs)
 
     query = urlencode({"campaign": NAME, "step": STEP, "recipient": "eve@example.com"})
