@@ -68,11 +68,19 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
+    """A page in a fresh context; afterwards, no script error and no server error happened."""
     context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(30_000)
     opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    opened.on(
+        "response",
+        lambda r: problems.append(f"{r.status} from {r.url}") if r.status >= 500 else None,
+    )
     yield opened
     context.close()
+    assert problems == []
 
 
 @pytest.fixture(scope="session")
