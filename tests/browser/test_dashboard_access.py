@@ -7,6 +7,7 @@ import re
 
 from playwright.sync_api import Browser, Page, expect
 
+from herald.app.suppress import add
 from tests.browser.pages import has_session_cookie, log_in
 from tests.browser.world import TOKEN, World, job_state, suppressed
 
@@ -41,6 +42,7 @@ def test_a_wrong_secret_is_refused_and_the_right_one_lets_you_in(page: Page, wor
 def test_actions_without_a_session_are_refused_and_change_nothing(
     browser: Browser, world: World
 ) -> None:
+    add(world.engine, ["kept@example.org"], scope="global", reason="stays")
     context = browser.new_context()
     try:
         request = context.request  # the page's own HTTP client, without any cookie
@@ -49,7 +51,7 @@ def test_actions_without_a_session_are_refused_and_change_nothing(
             "/in-doubt/resolve": {"key": world.in_doubt[-1], "outcome": "sent"},
             "/dead/retry": {"key": key},
             "/suppressions": {"address": "nobody@example.org", "scope": "global", "reason": "x"},
-            "/suppressions/remove": {"address": "nobody@example.org", "scope": "global"},
+            "/suppressions/remove": {"address": "kept@example.org", "scope": "global"},
         }
         for path, form in refused.items():
             answer = request.post(world.url(path), form=form, max_redirects=0)
@@ -70,7 +72,20 @@ def test_actions_without_a_session_are_refused_and_change_nothing(
         context.close()
     assert job_state(world.engine, world.in_doubt[-1]) == "in_doubt"
     assert job_state(world.engine, key) == "failed"
-    assert "nobody@example.org" not in [address for address, _, _ in suppressed(world.engine)]
+    addresses = [address for address, _, _ in suppressed(world.engine)]
+    assert "nobody@example.org" not in addresses
+    assert "kept@example.org" in addresses
+
+
+def test_a_form_sent_after_the_session_ended_is_refused(page: Page, world: World) -> None:
+    key = world.dead[-1]
+    log_in(page, world, "/dead")
+    page.context.clear_cookies()  # the session expired, or the operator logged out elsewhere
+    with page.expect_response(lambda r: r.request.method == "POST") as answer:
+        page.locator(f'tr[data-job="{key}"] [data-test=retry]').click()
+    assert answer.value.status == 403
+    expect(page.locator("[data-test=error]")).to_be_visible()
+    assert job_state(world.engine, key) == "failed"
 
 
 def test_a_forged_csrf_token_is_refused_and_changes_nothing(page: Page, world: World) -> None:
