@@ -60,7 +60,8 @@ def serve(
 ) -> None:
     """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page),
     provider webhooks (POST /events/ses|sendgrid|mailgun|postmark) and, with --smtp-port,
-    bounces, complaints and mailto unsubscribes by SMTP.
+    bounces, complaints and mailto unsubscribes by SMTP. With HERALD_DASHBOARD_PASSWORD or
+    HERALD_DASHBOARD_TOKEN set, also the web dashboard at / (docs/operations/dashboard.md).
 
     Runs until SIGTERM/SIGINT. HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
     in sent messages to work.
@@ -75,12 +76,6 @@ def serve(
         settings = MailSettings.from_env()  # settings first: nothing is opened for a bad one
         engine = opened(database_url)
         board = DashboardSettings.from_env(settings.signing_keys, public_url=settings.public_url)
-        if not board.enabled:
-            err.print(
-                "herald serve: dashboard off (set HERALD_DASHBOARD_PASSWORD or"
-                " HERALD_DASHBOARD_TOKEN to enable it)",
-                highlight=False,
-            )
         application = build_app(
             engine,
             settings,
@@ -118,12 +113,18 @@ def serve(
             alongside.append(listen)
         sock = bind(host, port)
 
+        dashboard_note = (
+            "dashboard at /"
+            if board.enabled
+            else "dashboard off: set HERALD_DASHBOARD_PASSWORD or HERALD_DASHBOARD_TOKEN"
+        )
+
         def ready(bound_host: str, bound_port: int) -> None:
             public = settings.public_url or "HERALD_PUBLIC_URL not set"
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # an IPv6 address
             err.print(
                 f"herald serve: listening on http://{shown}:{bound_port} "
-                f"(one-click unsubscribe at /u/<token>; public URL: {public})",
+                f"(one-click unsubscribe at /u/<token>; public URL: {public}; {dashboard_note})",
                 highlight=False,
             )
 

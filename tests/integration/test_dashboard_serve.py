@@ -30,5 +30,5 @@ def test_dashboard_on_with_a_password(db_url: str) -> None:
         answer = client.post("/login", data={"secret": PASSWORD})
         assert answer.status_code == 303
         assert client.get("/").status_code == 200
-    assert not any("dashboard off" in line for line in served.lines)
+    assert any("dashboard at /" in line for line in served.lines)
     assert not any(PASSWORD in line for line in served.lines)

@@ -85,7 +85,11 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
     async def fragment(request: Request, session: Session) -> Response:
         found = await run_in_threadpool(lines)
         return dash.render(
-            request, "dashboard/_campaigns_table.html", session=session, campaigns=found
+            request,
+            "dashboard/_campaigns_table.html",
+            session=session,
+            fragment=True,
+            campaigns=found,
         )
 
     def detail_of(name: str) -> tuple[CampaignLine, list[StepLine], Chart | None] | None:

@@ -13,11 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import jinja2
 import sqlalchemy as sa
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -109,11 +109,22 @@ class Dashboard:
         return auth.read_cookie(self.settings, request.cookies.get(auth.COOKIE), self.clock())
 
     def origin_ok(self, request: Request) -> bool:
-        """A POST from a browser names its origin; it must be this host (or the public URL's).
-        Scripts (no Origin header) pass on to the CSRF token or bearer check."""
+        """Whether a POST comes from this site's own pages.
+
+        Browsers say where a request comes from in ``Sec-Fetch-Site`` and ``Origin``. Our
+        pages send ``Referrer-Policy: no-referrer``, under which a browser's ``Origin`` for a
+        form POST is ``null``: then ``Sec-Fetch-Site: same-origin`` must vouch for it. Another
+        origin named in either header is refused. Scripts send neither and pass on to the CSRF
+        token or bearer check.
+        """
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            return False
         origin = request.headers.get("origin")
         if origin is None:
             return True
+        if origin == "null":
+            return site == "same-origin"
         hosts = {request.headers.get("host", "")}
         if self.settings.public_url:
             hosts.add(urlsplit(self.settings.public_url).netloc)
@@ -127,11 +138,14 @@ class Dashboard:
         *,
         session: Session | None = None,
         status: int = 200,
+        fragment: bool = False,
         **context: Any,
     ) -> HTMLResponse:
+        """``template`` as a page (``fragment``: a part the page fetches, which leaves the
+        flash message for the page it was meant for)."""
         nonce = secrets.token_urlsafe(16)
         flash = None
-        if session is not None and not session.bearer:
+        if session is not None and not session.bearer and not fragment:
             flash = auth.read_flash(self.settings, session, request.cookies.get(FLASH_COOKIE))
         text = _ENVIRONMENT.get_template(template).render(
             nonce=nonce,
@@ -142,7 +156,7 @@ class Dashboard:
             **context,
         )
         response = HTMLResponse(text, status_code=status, headers=security_headers(nonce))
-        if request.cookies.get(FLASH_COOKIE):
+        if request.cookies.get(FLASH_COOKIE) and not fragment:
             response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
@@ -206,10 +220,25 @@ class Dashboard:
         return guarded
 
     async def form(self, request: Request) -> FormData | None:
+        """The urlencoded form (what browsers and ``curl -d`` send), read up to ``MAX_FORM``
+        bytes (None beyond). Any other body is an empty form, so it fails the CSRF check."""
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > MAX_FORM:
             return None
-        return await request.form(max_files=0, max_fields=50, max_part_size=MAX_FORM)
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM:
+                return None
+        kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/x-www-form-urlencoded":
+            return FormData()
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, max_num_fields=50)
+        except (UnicodeDecodeError, ValueError):
+            return FormData()
+        fields: list[tuple[str, str | UploadFile]] = list(pairs)
+        return FormData(fields)
 
 
 def text_field(form: FormData, name: str) -> str:
