@@ -42,7 +42,7 @@ def test_a_wrong_secret_is_refused_and_the_right_one_lets_you_in(page: Page, wor
 def test_actions_without_a_session_are_refused_and_change_nothing(
     browser: Browser, world: World
 ) -> None:
-    add(world.engine, ["kept@example.org"], scope="global", reason="stays")
+    add(world.engine, ["former-member@example.org"], scope="global", reason="asked by letter")
     context = browser.new_context()
     try:
         request = context.request  # the page's own HTTP client, without any cookie
@@ -51,7 +51,7 @@ def test_actions_without_a_session_are_refused_and_change_nothing(
             "/in-doubt/resolve": {"key": world.in_doubt[-1], "outcome": "sent"},
             "/dead/retry": {"key": key},
             "/suppressions": {"address": "nobody@example.org", "scope": "global", "reason": "x"},
-            "/suppressions/remove": {"address": "kept@example.org", "scope": "global"},
+            "/suppressions/remove": {"address": "former-member@example.org", "scope": "global"},
         }
         for path, form in refused.items():
             answer = request.post(world.url(path), form=form, max_redirects=0)
@@ -74,7 +74,7 @@ def test_actions_without_a_session_are_refused_and_change_nothing(
     assert job_state(world.engine, key) == "failed"
     addresses = [address for address, _, _ in suppressed(world.engine)]
     assert "nobody@example.org" not in addresses
-    assert "kept@example.org" in addresses
+    assert "former-member@example.org" in addresses
 
 
 def test_a_form_sent_after_the_session_ended_is_refused(page: Page, world: World) -> None:
