@@ -35,6 +35,13 @@ def test_a_wrong_secret_is_refused_and_the_right_one_lets_you_in(page: Page, wor
     for key in world.in_doubt:
         expect(page.locator(f'tr[data-job="{key}"]')).to_have_count(1)
 
+    for name, path in (
+        ("dead", "/dead"),
+        ("suppressions", "/suppressions"),
+        ("in-doubt", "/in-doubt"),
+    ):
+        page.locator(f"[data-test=nav-{name}]").click()
+        expect(page).to_have_url(world.url(path))
     page.locator("[data-test=nav-campaigns]").click()
     expect(page.locator("table[data-test=campaigns]")).to_be_visible()
 
