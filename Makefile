@@ -40,6 +40,17 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The dashboard's browser tests (tests/browser, part of `make test`) drive Debian's Chromium,
+# never a downloaded one. `make browser-tests` runs only them, after checking it is there.
+.PHONY: check-browser browser-tests
+check-browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+		|| [ -x "$${HERALD_CHROMIUM:-}" ] \
+		|| { echo "the browser tests need Chromium: apt-get install chromium (or set HERALD_CHROMIUM)"; exit 1; }
+
+browser-tests: $(STAMP) check-browser
+	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
+
 chaos: $(STAMP)
 	$(BIN)/python -m pytest tests/chaos -v $(PYTEST_ARGS)
 
