@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Annotated
 
@@ -60,6 +61,7 @@ def scheduler(
 
     High availability: run two or more on one database (no leader; a fire made twice is one).
     """
+    from herald.app.readiness import not_ready
     from herald.app.scheduler import run_scheduler, run_scheduler_once
     from herald.metrics_http import metrics_served
 
@@ -72,8 +74,9 @@ def scheduler(
             else:
                 out.print(report.line())
             return
+        ready = functools.partial(not_ready, service.engine)  # /readyz beside /metrics
         served = metrics_served(
-            metrics.registry, metrics_host, metrics_port, command="herald scheduler"
+            metrics.registry, metrics_host, metrics_port, command="herald scheduler", ready=ready
         )
         with served:
             totals = run_scheduler(
@@ -110,6 +113,7 @@ def run(
 
     To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
     """
+    from herald.app.readiness import not_ready
     from herald.app.run import run_all
     from herald.app.worker import WorkerOptions, build_worker
     from herald.metrics_http import metrics_served
@@ -127,7 +131,10 @@ def run(
             database_url, tick, database_wait, service_mode=True, worker=True
         )
         worker = build_worker(service.engine, smtp_url, options, observer=metrics.worker)
-        with metrics_served(metrics.registry, metrics_host, metrics_port, command="herald run"):
+        ready = functools.partial(not_ready, service.engine)
+        with metrics_served(
+            metrics.registry, metrics_host, metrics_port, command="herald run", ready=ready
+        ):
             report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))

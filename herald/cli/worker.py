@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Annotated
 
@@ -71,6 +72,7 @@ def worker(
 ) -> None:
     """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest.
     SIGHUP: the same, then start again with the same command (a reload)."""
+    from herald.app.readiness import not_ready
     from herald.app.worker import WorkerOptions, build_worker, run_worker
     from herald.metrics import ProcessMetrics
     from herald.metrics_http import metrics_served
@@ -89,7 +91,10 @@ def worker(
         engine = opened_waiting(database_url, database_wait, service=not until_idle)
         metrics = ProcessMetrics(engine, worker=True)
         the_worker = build_worker(engine, smtp_url, options, observer=metrics.worker)
-        with metrics_served(metrics.registry, metrics_host, metrics_port, command="herald worker"):
+        ready = functools.partial(not_ready, engine)  # /readyz beside /metrics
+        with metrics_served(
+            metrics.registry, metrics_host, metrics_port, command="herald worker", ready=ready
+        ):
             report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import urllib.error
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from sqlalchemy.engine import Engine
 from campaigns.control import register
 from campaigns.spec import load_campaign
 from dispatch.models import send_job
+from herald.db import normalise_url as normalise_database_url
+from herald.schema import HEAD_REVISION as HEAD
 from scheduler.fanout import materialise
 from tests.support.campaign_files import write_audience, write_campaign
 from tests.support.metrics_scrape import Scrape, metrics_process, wait_for
@@ -166,6 +170,37 @@ def test_herald_run_counts_its_fire_and_the_jobs_it_materialised(
     assert len(smtp_server.accepted_ids()) == 7
 
 
+def probe(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - our own server
+            return response.status, response.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def test_worker_metrics_port_answers_the_probes_and_readyz_follows_the_schema(db_url: str) -> None:
+    """The metrics port of a worker is also its /healthz and /readyz: ready while the schema is
+    the code's, 503 naming the revision when it is not (a rolling upgrade half done)."""
+    engine = sa.create_engine(normalise_database_url(db_url))
+    args = ["worker", "--database-url", db_url, "--smtp-url", "smtp://127.0.0.1:9", "--poll", "0.2"]
+    try:
+        with metrics_process(args) as worker:
+            base = worker.url.removesuffix("/metrics")
+            assert probe(base + "/healthz") == (200, "ok")
+            assert probe(base + "/readyz") == (200, "ready")
+            with engine.begin() as conn:
+                conn.execute(sa.text("UPDATE alembic_version SET version_num = '0001'"))
+            status, body = probe(base + "/readyz")
+            assert status == 503
+            assert "schema at 0001" in body
+            with engine.begin() as conn:
+                conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": HEAD})
+            assert probe(base + "/readyz") == (200, "ready")
+            assert worker.stop() == 0, worker.stderr()
+    finally:
+        engine.dispose()
+
+
 def test_scheduler_metrics_from_the_environment(db_url: str) -> None:
     args = ["scheduler", "--database-url", db_url, "--tick", "0.2"]
     with metrics_process(args, via_env=True) as scheduler:
@@ -175,6 +210,10 @@ def test_scheduler_metrics_from_the_environment(db_url: str) -> None:
             return got if (got.value("herald_scheduler_passes_total") or 0) >= 2 else None
 
         got = wait_for(passes, "two scheduler passes")
+        base = scheduler.url.removesuffix("/metrics")
+        assert probe(base + "/healthz") == (200, "ok")
+        assert probe(base + "/readyz") == (200, "ready")
+        assert probe(base + "/nothing")[0] == 404
         assert scheduler.stop() == 0, scheduler.stderr()
     assert got.value("herald_database_up") == 1
     assert got.value("herald_scheduler_pass_errors_total") == 0
