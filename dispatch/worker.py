@@ -209,7 +209,11 @@ class Worker:
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("send task failed", exc_info=task.exception())
+            log.error(
+                "send task failed",
+                exc_info=task.exception(),
+                extra={"event": "send_task_failed", "worker": self.config.owner},
+            )
         self._wake.set()
 
     async def _wait_wake(self, timeout: float) -> None:
@@ -222,12 +226,21 @@ class Worker:
         try:
             jobs = await self.outbox.claim(room)
         except Exception as exc:
-            log.warning("claim failed (will retry): %s", exc)
+            log.warning(
+                "claim failed (will retry): %s",
+                exc,
+                extra={"event": "claim_failed", "worker": self.config.owner},
+            )
             await asyncio.sleep(self.config.poll_interval)
             return []
         self.leases.hold(jobs, time.monotonic())
         self.report.claimed += len(jobs)
         if jobs:
+            log.debug(
+                "claimed %d job(s)",
+                len(jobs),
+                extra={"event": "claim_batch", "count": len(jobs), "worker": self.config.owner},
+            )
             await self.instrumentation.after_claim_commit(jobs)
         ready = await self.rates.admit(await self.windows.admit(jobs, self.clock()))
         self._backlog.extend(ready)
@@ -237,7 +250,11 @@ class Worker:
         try:
             return await self.outbox.has_work(self.config.idle_horizon_seconds)
         except Exception as exc:
-            log.warning("idle check failed: %s", exc)
+            log.warning(
+                "idle check failed: %s",
+                exc,
+                extra={"event": "idle_check_failed", "worker": self.config.owner},
+            )
             return True
 
     async def _idle_wait(self) -> float:
@@ -261,7 +278,11 @@ class Worker:
             try:
                 alive = await self.outbox.heartbeat(leases)
             except Exception as exc:
-                log.warning("heartbeat failed: %s", exc)
+                log.warning(
+                    "heartbeat failed: %s",
+                    exc,
+                    extra={"event": "heartbeat_failed", "worker": self.config.owner},
+                )
                 continue
             self.leases.renew(leases, alive, sent_at)
 
@@ -274,7 +295,11 @@ class Worker:
         try:
             report = await self.outbox.recover(self.config.recovery_grace_seconds)
         except Exception as exc:
-            log.warning("recovery pass failed: %s", exc)
+            log.warning(
+                "recovery pass failed: %s",
+                exc,
+                extra={"event": "recovery_failed", "worker": self.config.owner},
+            )
             return
         self.report.recovered += report.released + report.in_doubt + report.dead
         if report.released or report.in_doubt or report.dead:
@@ -283,6 +308,13 @@ class Worker:
                 report.released,
                 report.in_doubt,
                 report.dead,
+                extra={
+                    "event": "recovered",
+                    "worker": self.config.owner,
+                    "released": report.released,
+                    "in_doubt": report.in_doubt,
+                    "dead": report.dead,
+                },
             )
 
     # ------------------------------------------------------------ shutdown

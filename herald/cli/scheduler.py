@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.log_options import LogFormat, LogFormatName, LogLevel, LogLevelName, start_logging
 from herald.cli.worker import (
     Concurrency,
     Lease,
@@ -17,7 +18,7 @@ from herald.cli.worker import (
     ShutdownGrace,
 )
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
-from herald.output import err, out
+from herald.output import out
 
 if TYPE_CHECKING:
     from herald.app.scheduler import SchedulerService
@@ -40,12 +41,16 @@ def scheduler(
         bool, typer.Option("--once", help="Run one pass and exit (for cron, or a check).")
     ] = False,
     as_json: JsonFlag = False,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT.
 
     High availability: run two or more on one database (no leader; a fire made twice is one).
     """
+    start_logging(log_level, log_format)
     from herald.app.scheduler import run_scheduler, run_scheduler_once
+    from herald.app.service_logs import scheduler_started
 
     with errors_mapped():
         service = _service(database_url, tick)
@@ -56,6 +61,7 @@ def scheduler(
             else:
                 out.print(report.line())
             return
+        scheduler_started(database_url, tick, command="scheduler")
         totals = run_scheduler(service, handle_signals=True, on_stopping=_say_scheduler_stopping)
         if as_json:
             out.print_json(json.dumps(totals.as_dict()))
@@ -78,12 +84,16 @@ def run(
     retry_base: RetryBase = 30.0,
     poll: Poll = 1.0,
     as_json: JsonFlag = False,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.
 
     To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
     """
+    start_logging(log_level, log_format)
     from herald.app.run import run_all
+    from herald.app.service_logs import worker_started, worker_stopped
     from herald.app.worker import WorkerOptions, build_worker
 
     options = WorkerOptions(
@@ -97,7 +107,10 @@ def run(
     with errors_mapped():
         service = _service(database_url, tick)
         worker = build_worker(service.engine, smtp_url, options)
+        owner = worker.config.owner
+        worker_started(database_url, smtp_url, options, owner, command="run")
         report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
+        worker_stopped(report.worker, options, owner)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:
@@ -119,15 +132,30 @@ def _service(database_url: str, tick: float) -> SchedulerService:
 
 
 def _say_pass(line: str) -> None:
-    err.print(line)
+    import logging
+
+    from herald.app.scheduler import STARTED
+    from herald.logs import say
+
+    if line.startswith(STARTED):
+        say(line, "scheduler_running")
+    elif line.startswith("database error"):
+        say(line, "database_error", level=logging.WARNING)
+    else:
+        say(line, "scheduler_pass")
 
 
 def _say_scheduler_stopping() -> None:
-    err.print("stopping: finishing the current pass (again to force)")
+    from herald.logs import say
+
+    say("stopping: finishing the current pass (again to force)", "stopping")
 
 
 def _say_run_stopping() -> None:
-    err.print(
+    from herald.logs import say
+
+    say(
         "stopping: finishing the current pass and started sends, releasing the rest "
-        "(again to force)"
+        "(again to force)",
+        "stopping",
     )

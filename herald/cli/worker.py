@@ -8,8 +8,9 @@ from typing import Annotated
 import typer
 
 from herald.cli.base import DatabaseUrl, JsonFlag, SmtpUrl, app, errors_mapped, opened
+from herald.cli.log_options import LogFormat, LogFormatName, LogLevel, LogLevelName, start_logging
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
-from herald.output import err, out
+from herald.output import out
 
 # The sending options shared by `herald worker` and `herald run` (herald/cli/scheduler.py).
 Concurrency = Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")]
@@ -55,8 +56,12 @@ def worker(
     retry_base: RetryBase = 30.0,
     poll: Poll = 1.0,
     as_json: JsonFlag = False,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest."""
+    start_logging(log_level, log_format)
+    from herald.app.service_logs import worker_started, worker_stopped
     from herald.app.worker import WorkerOptions, build_worker, run_worker
 
     options = WorkerOptions(
@@ -71,7 +76,10 @@ def worker(
     )
     with errors_mapped():
         the_worker = build_worker(opened(database_url), smtp_url, options)
+        owner = the_worker.config.owner
+        worker_started(database_url, smtp_url, options, owner, command="worker")
         report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
+        worker_stopped(report, options, owner)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:
@@ -86,4 +94,6 @@ def worker(
 
 
 def _say_stopping() -> None:
-    err.print("stopping: finishing started sends, releasing the rest (again to force)")
+    from herald.logs import say
+
+    say("stopping: finishing started sends, releasing the rest (again to force)", "stopping")
