@@ -91,6 +91,8 @@ def _one_line(text: str) -> str:
 
 
 def _text_value(value: object) -> str:
+    if isinstance(value, dict | list | tuple):  # compact JSON: one token, still readable
+        return _scrub(json.dumps(_scrubbed(value), separators=(",", ":"), default=_jsonable))
     text = _scrub(value if isinstance(value, str) else str(value))
     if text == "" or any(char in text for char in ' "=\\') or not text.isprintable():
         return json.dumps(text)  # quoted, escaped: a value never runs into the next key
