@@ -160,6 +160,12 @@ def _scrubbed(value: object) -> object:
 class StderrHandler(logging.Handler):
     """Writes to whatever ``sys.stderr`` is when the record comes (a test's capture, too)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # The stream of the command that set logging up: ``failed_as_json`` only speaks for
+        # that command (tests run many commands in one process, each with its own stderr).
+        self.set_up_for = sys.stderr
+
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = self.format(record)
@@ -213,6 +219,23 @@ def _library_level(name: str, chosen: int) -> int:
 
 
 say_log = logging.getLogger("herald.cli")
+
+
+def failed_as_json(message: str, *, hint: str | None, code: int) -> bool:
+    """With ``--log-format json``, the command's final error as a record (so every stderr line
+    parses); False, having logged nothing, in the text format or when logging is not set up."""
+    current = [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, StderrHandler) and h.set_up_for is sys.stderr
+    ]
+    if not current or not isinstance(current[-1].formatter, JsonFormatter):
+        return False
+    fields: dict[str, object] = {"event": "error", "exit_code": code}
+    if hint:
+        fields["hint"] = hint
+    say_log.error("%s", message, extra=fields)
+    return True
 
 
 def say(line: str, event: str, *, level: int = logging.INFO, **fields: object) -> None:

@@ -241,6 +241,11 @@ def test_a_wrong_relay_is_one_line_in_either_format(
     assert len(lines) == 1, lines
     assert f"relay unreachable: connection refused (smtp://127.0.0.1:{port})" in (lines[0])
     assert PASSWORD not in done.stderr
+    if log_format == "json":  # the final error is a record too: every line parses
+        (record,) = _parsed(done.stderr)
+        assert (record["level"], record["event"], record["exit_code"]) == ("error", "error", 1)
+    else:
+        assert lines[0].startswith("error: relay unreachable")
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ secret survives, and ``setup_logging`` sets levels and replaces itself."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import string
@@ -13,7 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herald.logs import JsonFormatter, StderrHandler, TextFormatter, say, setup_logging
+from herald.logs import (
+    JsonFormatter,
+    StderrHandler,
+    TextFormatter,
+    failed_as_json,
+    say,
+    setup_logging,
+)
 from herald.secrets import known_secrets
 
 # Any text at all: control characters, line and paragraph separators, quotes, lone surrogates
@@ -198,3 +206,20 @@ def test_unknown_levels_and_formats_are_refused() -> None:
     with pytest.raises(ValueError, match="log format"):
         setup_logging("info", "xml")
     assert sys.stderr is not None
+
+
+@pytest.mark.usefixtures("restored_logging")
+def test_a_final_error_is_a_record_only_for_the_json_command_that_set_up(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup_logging("info", "text")
+    assert not failed_as_json("relay unreachable", hint=None, code=1)
+    setup_logging("info", "json")
+    assert failed_as_json("relay unreachable", hint="check --smtp-url", code=1)
+    (line,) = capsys.readouterr().err.splitlines()
+    record = json.loads(line)
+    assert (record["event"], record["exit_code"]) == ("error", 1)
+    assert record["hint"] == "check --smtp-url"
+    # Another command in the same process (its own stderr) prints its errors as text again.
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert not failed_as_json("relay unreachable", hint=None, code=1)
