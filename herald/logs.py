@@ -95,7 +95,8 @@ def _text_value(value: object) -> str:
         return _scrub(json.dumps(_scrubbed(value), separators=(",", ":"), default=_jsonable))
     text = _scrub(value if isinstance(value, str) else str(value))
     if text == "" or any(char in text for char in ' "=\\') or not text.isprintable():
-        return json.dumps(text)  # quoted, escaped: a value never runs into the next key
+        # Quoted and escaped, so a value never runs into the next key; letters stay letters.
+        return json.dumps(text, ensure_ascii=False)
     return text
 
 

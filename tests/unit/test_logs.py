@@ -99,7 +99,7 @@ def test_the_text_format_reads_as_time_level_logger_message_then_fields() -> Non
     line = TextFormatter().format(
         record(
             "send failed: 550 no such user",
-            {"event": "send_failed", "campaign": "spring sale", "step": "welcome", "code": 550},
+            {"event": "send_failed", "campaign": "soldes d'été", "step": "welcome", "code": 550},
         )
     )
     stamp, level, logger, rest = line.split(" ", 3)
@@ -107,7 +107,7 @@ def test_the_text_format_reads_as_time_level_logger_message_then_fields() -> Non
     assert "T" in stamp
     assert (level, logger) == ("WARNING", "herald.test")
     assert rest == (
-        'send failed: 550 no such user event=send_failed campaign="spring sale" '
+        'send failed: 550 no such user event=send_failed campaign="soldes d\'été" '
         "step=welcome code=550"
     )
 
