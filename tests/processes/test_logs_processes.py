@@ -264,3 +264,44 @@ def test_a_bad_log_option_is_invalid_input(
     result = invoke(command, *args, env=env)
     assert result.exit_code == 2, result.output
     assert "--log-" in result.output
+
+
+@pytest.mark.parametrize(
+    ("command", "ready", "stop"),
+    [
+        (["scheduler"], "scheduler_running", signal.SIGTERM),
+        (["sink", "--port", "0"], "sink_started", signal.SIGINT),
+    ],
+)
+def test_the_other_services_log_json_lines_too(
+    tmp_path: Path, db_url: str, command: list[str], ready: str, stop: signal.Signals
+) -> None:
+    args = [str(HERALD), *command, "--log-format", "json"]
+    if command[0] == "scheduler":
+        args += ["--database-url", _with_password(db_url)]
+    else:
+        args += ["--maildir", str(tmp_path / "maildir")]
+    log = tmp_path / "stderr.log"
+    with log.open("w") as stderr:
+        service = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=stderr, text=True, cwd=tmp_path, env=ENV
+        )
+    try:
+        _until(ready, lambda: f'"event": "{ready}"' in log.read_text(), 60)
+        service.send_signal(stop)
+        service.wait(timeout=60)
+    finally:
+        if service.poll() is None:
+            service.kill()
+    text = log.read_text()
+    assert PASSWORD not in text
+    records = _parsed(text)
+    events = [r["event"] for r in records if r["logger"].startswith("herald")]
+    assert ready in events
+    started = next(r for r in records if r["event"] in ("scheduler_started", "sink_started"))
+    if command[0] == "scheduler":
+        assert started["version"]
+        assert started["settings"] == {"tick": 30.0}
+        assert events[-1] == "stopping"
+    else:
+        assert started["port"] > 0

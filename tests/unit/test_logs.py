@@ -223,3 +223,22 @@ def test_a_final_error_is_a_record_only_for_the_json_command_that_set_up(
     # Another command in the same process (its own stderr) prints its errors as text again.
     monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert not failed_as_json("relay unreachable", hint=None, code=1)
+
+
+def test_a_fire_is_one_structured_record_per_campaign(caplog: pytest.LogCaptureFixture) -> None:
+    from datetime import UTC, datetime
+
+    from herald.app.scheduler_pass import _log_fired
+    from scheduler.passes import CampaignPass
+
+    monday, tuesday = (datetime(2026, 12, day, 9, tzinfo=UTC) for day in (7, 8))
+    campaign = CampaignPass("digest", "schedule", fired=[tuesday, monday], new_jobs=6)
+    with caplog.at_level(logging.INFO, logger="herald.scheduler"):
+        _log_fired(campaign)
+    (fired,) = caplog.records
+    parsed = json.loads(JsonFormatter().format(fired))
+    assert parsed["event"] == "fired"
+    assert (parsed["campaign"], parsed["jobs"], parsed["trigger"]) == ("digest", 6, "schedule")
+    assert parsed["occurrence"] == "2026-12-08T09:00:00Z"
+    assert parsed["occurrences"] == ["2026-12-07T09:00:00Z", "2026-12-08T09:00:00Z"]
+    assert "json_only" not in parsed
