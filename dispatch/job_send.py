@@ -227,7 +227,7 @@ class JobSender:
             "campaign": job.campaign,
             "step": job.step,
             "key": job.key,
-            "worker": self.config.owner,
+            "worker": self._owner,
             "code": completion.code,
             "reason": completion.detail,
         }
