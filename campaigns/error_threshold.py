@@ -81,7 +81,12 @@ class ErrorThreshold:
             if window.exceeds(setting):
                 reason = pause_reason(window, most_common_failure(conn, name, since, setting))
                 pause_for_errors(conn, name, reason)
-                log.warning("campaign %s %s", name, reason)
+                log.warning(
+                    "campaign %s %s",
+                    name,
+                    reason,
+                    extra={"event": "campaign_paused", "campaign": name, "reason": reason},
+                )
 
     def _setting(self, conn: sa.Connection, name: str, spec_hash: str) -> PauseOnErrors | None:
         if spec_hash not in self._settings:

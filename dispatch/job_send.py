@@ -24,7 +24,7 @@ from dispatch.rate_gate import RateGate
 from dispatch.relay_circuit import RelayGate
 from dispatch.send_windows import UnreadableWindow, closed_until
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Deferral, LeaseRow
+from dispatch.store import ClaimedJob, Completion, Deferral, LeaseRow
 from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
 from dispatch.window_gate import WindowGate
 from dispatch.worker_config import WorkerConfig
@@ -68,6 +68,10 @@ class JobSender:
         self.rates = rates  # told every outcome: a 421 slows the recipient's domain down
         self.observer = observer  # told each outcome and each delivery's duration (metrics)
         self.past_t4: set[int] = set()  # jobs between their T4 commit and the end of the send
+
+    @property
+    def _owner(self) -> str:
+        return self.config.owner
 
     async def send(self, job: ClaimedJob) -> None:
         try:
@@ -147,7 +151,12 @@ class JobSender:
             try:
                 return await self.outbox.start_send(job.lease)
             except Exception as exc:
-                log.warning("T4 commit failed for job %s: %s; re-reading", job.id, exc)
+                log.warning(
+                    "T4 commit failed for job %s: %s; re-reading",
+                    job.id,
+                    exc,
+                    extra={"event": "t4_commit_failed", "key": job.key, "worker": self._owner},
+                )
             row = await self._reread(job)
             state = None if row is None else row.state
             if row is not None and row.state == State.SENDING.value:
@@ -200,7 +209,12 @@ class JobSender:
                 failed_before = True
                 if time.monotonic() > self.leases.deadline(job.id):
                     # The lease is gone: recovery owns the job now (R1/R2 decide its fate).
-                    log.error("giving up recording job %s: %s", job.id, exc)
+                    log.error(
+                        "giving up recording job %s: %s",
+                        job.id,
+                        exc,
+                        extra={"event": "record_failed", "key": job.key, "worker": self._owner},
+                    )
                     return
                 await asyncio.sleep(0.2)
         if not applied:
@@ -208,3 +222,39 @@ class JobSender:
             return
         self.report.count_completion(completion.target)
         self.observer.on_outcome(OUTCOME_BY_TARGET.get(completion.target.value, "other"))
+        self._log_outcome(job, completion)
+
+    def _log_outcome(self, job: ClaimedJob, completion: Completion) -> None:
+        """One line per recorded outcome: a failure, a retry or an in-doubt with its cause
+        (the SMTP reply, or what went wrong); a send at debug."""
+        event, level, what = _OUTCOME_LINES[completion.target]
+        fields: dict[str, object] = {
+            "event": event,
+            "campaign": job.campaign,
+            "step": job.step,
+            "key": job.key,
+            "worker": self._owner,
+            "code": completion.code,
+            "reason": completion.detail,
+        }
+        if completion.target is State.PENDING:
+            fields["retry_in"] = round(completion.retry_in, 3)
+        log.log(
+            level,
+            "%s: %s/%s %s: %s",
+            what,
+            job.campaign,
+            job.step,
+            job.key[:16],
+            completion.detail or "(no reply)",
+            extra=fields,
+        )
+
+
+# How each recorded outcome is logged: (event, level, words).
+_OUTCOME_LINES: dict[State, tuple[str, int, str]] = {
+    State.SENT: ("sent", logging.DEBUG, "sent"),
+    State.PENDING: ("send_retry", logging.INFO, "send to retry"),
+    State.FAILED: ("send_failed", logging.WARNING, "send failed"),
+    State.IN_DOUBT: ("send_in_doubt", logging.WARNING, "send in doubt"),
+}

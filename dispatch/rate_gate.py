@@ -103,7 +103,12 @@ class RateGate:
         except Exception as exc:
             # Unknown whether the slots were taken: send none of these now. W1 gives back
             # what is still ours (the claim uncounted); the rest was handed back already.
-            log.warning("rate limit check failed for %d claims: %s", len(asks), exc)
+            log.warning(
+                "rate limit check failed for %d claims: %s",
+                len(asks),
+                exc,
+                extra={"event": "rate_check_failed", "count": len(asks)},
+            )
             await self._release([ask.lease for ask in asks])
             asked = {ask.lease[0] for ask in asks}
             return [job for job in jobs if job.id not in asked]
@@ -142,7 +147,7 @@ class RateGate:
             limited = await asyncio.to_thread(self._read_limits)
         except Exception as exc:
             # Keep the last known limits (none at first: then domain limits still apply).
-            log.warning("reading rate limits failed: %s", exc)
+            log.warning("reading rate limits failed: %s", exc, extra={"event": "rate_read_failed"})
             return
         self._campaigns = {key.removeprefix("campaign:") for key in limited}
         self._seen = self._campaigns | {job.campaign for job in jobs}
@@ -173,7 +178,12 @@ class RateGate:
         try:
             factor = await asyncio.to_thread(self._slow_down, domain_key(domain))
         except Exception as exc:
-            log.warning("slowing down %s failed: %s", domain, exc)
+            log.warning(
+                "slowing down %s failed: %s",
+                domain,
+                exc,
+                extra={"event": "slow_down_failed", "domain": domain},
+            )
             return
         if factor is not None:
             log.info(
@@ -181,6 +191,12 @@ class RateGate:
                 domain,
                 outcome.code,
                 self.domain_rates[domain] * factor,
+                extra={
+                    "event": "rate_slowed",
+                    "domain": domain,
+                    "code": outcome.code,
+                    "rate": self.domain_rates[domain] * factor,
+                },
             )
 
     def _slow_down(self, key: str) -> float | None:

@@ -177,7 +177,13 @@ class RelayGate:
             if circuit.failed(exc):
                 await self._outage_began(exc, circuit)
             elif probe:
-                log.info("%s; still unreachable, next try in %.0fs", exc.line, circuit.wait())
+                # Debug: the outage was said once when it began, and its end will be.
+                log.debug(
+                    "%s; still unreachable, next try in %.0fs",
+                    exc.line,
+                    circuit.wait(),
+                    extra=_relay_fields("relay_still_unreachable", exc, circuit),
+                )
                 await self._report(exc.relay, reachable=False, error=exc.cause)
             await self._hand_back(job, circuit, exc)
             return None
@@ -196,13 +202,23 @@ class RelayGate:
             # The run ends now and its caller prints this line: log nothing (one line only).
             self.stop(exc)
         else:
-            log.warning("%s; sends held, next try in %.0fs", exc.line, circuit.wait())
+            log.warning(
+                "%s; sends held, next try in %.0fs",
+                exc.line,
+                circuit.wait(),
+                extra=_relay_fields("relay_unreachable", exc, circuit),
+            )
         await self._report(exc.relay, reachable=False, error=exc.cause)
 
     async def _relay_answered(self, relay: str, outage: float | None) -> None:
         now = time.monotonic()
         if outage is not None:
-            log.warning("relay reachable again after %.0fs (%s)", outage, relay)
+            log.warning(
+                "relay reachable again after %.0fs (%s)",
+                outage,
+                relay,
+                extra={"event": "relay_reachable", "relay": relay, "outage": round(outage, 3)},
+            )
         elif now - self._ok_reported.get(relay, -OK_REPORT_INTERVAL) < OK_REPORT_INTERVAL:
             return
         # Also when this worker saw no outage: another worker may have recorded one, and a send
@@ -215,7 +231,11 @@ class RelayGate:
         try:
             await self.outbox.report_relay(relay, reachable=reachable, error=error)
         except Exception as exc:  # the status is for people; sending does not depend on it
-            log.warning("recording the relay's status failed: %s", exc)
+            log.warning(
+                "recording the relay's status failed: %s",
+                exc,
+                extra={"event": "relay_status_failed", "relay": relay},
+            )
 
     async def _hand_back(
         self, job: ClaimedJob, circuit: RelayCircuit, error: RelayUnavailable
@@ -228,6 +248,21 @@ class RelayGate:
                 [job.lease], retry_in=circuit.wait(), why=error.line
             )
         except Exception as exc:
-            log.warning("handing back job %s (relay unreachable) failed: %s", job.id, exc)
+            log.warning(
+                "handing back job %s (relay unreachable) failed: %s",
+                job.id,
+                exc,
+                extra={"event": "hand_back_failed", "key": job.key},
+            )
             return
         self.report.relay_unavailable += len(done)
+
+
+def _relay_fields(event: str, exc: RelayUnavailable, circuit: RelayCircuit) -> dict[str, object]:
+    return {
+        "event": event,
+        "relay": exc.relay,
+        "cause": exc.cause,
+        "detail": exc.detail,
+        "retry_in": round(circuit.wait(), 3),
+    }

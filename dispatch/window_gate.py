@@ -41,7 +41,10 @@ class WindowGate:
             deferred = await self.outbox.defer(deferrals)
         except Exception as exc:
             log.warning(
-                "handing back %d claims outside their window failed: %s", len(deferrals), exc
+                "handing back %d claims outside their window failed: %s",
+                len(deferrals),
+                exc,
+                extra={"event": "hand_back_failed", "count": len(deferrals)},
             )
             return
         self.report.outside_window += len(deferred)

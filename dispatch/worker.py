@@ -215,7 +215,11 @@ class Worker:
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("send task failed", exc_info=task.exception())
+            log.error(
+                "send task failed",
+                exc_info=task.exception(),
+                extra={"event": "send_task_failed", "worker": self.config.owner},
+            )
         self._wake.set()
 
     async def _wait_wake(self, timeout: float) -> None:
@@ -228,13 +232,22 @@ class Worker:
         try:
             jobs = await self.outbox.claim(room)
         except Exception as exc:
-            log.warning("claim failed (will retry): %s", exc)
+            log.warning(
+                "claim failed (will retry): %s",
+                exc,
+                extra={"event": "claim_failed", "worker": self.config.owner},
+            )
             await asyncio.sleep(self.config.poll_interval)
             return []
         self.leases.hold(jobs, time.monotonic())
         self.report.claimed += len(jobs)
         if jobs:
             self.observer.on_claim_batch(len(jobs))
+            log.debug(
+                "claimed %d job(s)",
+                len(jobs),
+                extra={"event": "claim_batch", "count": len(jobs), "worker": self.config.owner},
+            )
             await self.instrumentation.after_claim_commit(jobs)
         ready = await self.rates.admit(await self.windows.admit(jobs, self.clock()))
         self._backlog.extend(ready)
@@ -244,7 +257,11 @@ class Worker:
         try:
             return await self.outbox.has_work(self.config.idle_horizon_seconds)
         except Exception as exc:
-            log.warning("idle check failed: %s", exc)
+            log.warning(
+                "idle check failed: %s",
+                exc,
+                extra={"event": "idle_check_failed", "worker": self.config.owner},
+            )
             return True
 
     async def _idle_wait(self) -> float:
@@ -268,7 +285,11 @@ class Worker:
             try:
                 alive = await self.outbox.heartbeat(leases)
             except Exception as exc:
-                log.warning("heartbeat failed: %s", exc)
+                log.warning(
+                    "heartbeat failed: %s",
+                    exc,
+                    extra={"event": "heartbeat_failed", "worker": self.config.owner},
+                )
                 continue
             self.leases.renew(leases, alive, sent_at)
 
@@ -281,7 +302,11 @@ class Worker:
         try:
             report = await self.outbox.recover(self.config.recovery_grace_seconds)
         except Exception as exc:
-            log.warning("recovery pass failed: %s", exc)
+            log.warning(
+                "recovery pass failed: %s",
+                exc,
+                extra={"event": "recovery_failed", "worker": self.config.owner},
+            )
             return
         self.observer.on_recovery(report)
         self.report.recovered += report.released + report.in_doubt + report.dead
@@ -291,6 +316,13 @@ class Worker:
                 report.released,
                 report.in_doubt,
                 report.dead,
+                extra={
+                    "event": "recovered",
+                    "worker": self.config.owner,
+                    "released": report.released,
+                    "in_doubt": report.in_doubt,
+                    "dead": report.dead,
+                },
             )
 
     # ------------------------------------------------------------ shutdown

@@ -120,7 +120,12 @@ class MaildirSink:
             except Exception:
                 # The message is already durable: a failing report (say, a closed stdout) must
                 # not turn it into an error reply, or the client would send it again.
-                log.exception("on_message failed for %s", path)
+                log.warning(
+                    "on_message failed for %s",
+                    path,
+                    exc_info=True,
+                    extra={"event": "sink_report_failed", "path": str(path)},
+                )
         return "250 OK: stored"
 
     def _deliver(self, content: bytes) -> Path:

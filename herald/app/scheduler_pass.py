@@ -9,6 +9,7 @@ clears, not at every tick.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from scheduler.passes import CampaignPass, PassReport
     from scheduler.unsubscribe_links import UnsubscribeLinks
 
+
+log = logging.getLogger("herald.scheduler")
 
 WAITING = "waiting: another scheduler is reading its audience (taken over if it stops)"
 
@@ -63,6 +66,9 @@ class ScheduledPass:
             if said:
                 parts.append(f"{campaign.campaign}: {', '.join(said)}")
         waiting = tuple(campaign.campaign for campaign in report.campaigns if campaign.busy)
+        for campaign in report.campaigns:
+            if campaign.fired:
+                _log_fired(campaign)
         return PassSummary(report, tuple(parts), waiting)
 
     def _note_change(self, campaign: CampaignPass) -> str | None:
@@ -73,6 +79,27 @@ class ScheduledPass:
         if campaign.note == before:
             return None
         return f"note: {campaign.note}" if campaign.note else "note cleared"
+
+
+def _log_fired(campaign: CampaignPass) -> None:
+    """The structured ``fired`` record: JSON only, since the pass's summary line (logged by the
+    command) already says it in the text format."""
+    occurrences = [_iso(moment) for moment in sorted(campaign.fired)]
+    log.info(
+        "%s: %s, %d new job(s)",
+        campaign.campaign,
+        _fired(campaign.fired),
+        campaign.new_jobs,
+        extra={
+            "event": "fired",
+            "campaign": campaign.campaign,
+            "occurrence": occurrences[-1],
+            "occurrences": occurrences,
+            "jobs": campaign.new_jobs,
+            "trigger": campaign.trigger,
+            "json_only": True,
+        },
+    )
 
 
 def describe(campaign: CampaignPass, note_change: str | None = None) -> list[str]:

@@ -80,6 +80,10 @@ def fail(message: str, *, hint: str | None = None, code: int = 1) -> NoReturn:
     # Scrubbed of every credential of the settings this command parsed: library errors (a
     # driver's, a server's) may quote them.
     message = known_secrets.scrub(message)
+    from herald.logs import failed_as_json  # --log-format json: the error is a record too
+
+    if failed_as_json(message, hint=hint, code=code):
+        raise typer.Exit(code)
     err.print(styled("error:", "bold red"), message)
     if hint:
         err.print(f"  hint: {known_secrets.scrub(hint)}")

@@ -18,6 +18,7 @@ from herald.cli.base import (
     opened_waiting,
     reexec_if_reloading,
 )
+from herald.cli.log_options import LogFormat, LogFormatName, LogLevel, LogLevelName, start_logging
 from herald.cli.metrics_options import DEFAULT_METRICS_HOST, MetricsHost, MetricsPort
 from herald.cli.worker import (
     Concurrency,
@@ -28,7 +29,7 @@ from herald.cli.worker import (
     ShutdownGrace,
 )
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
-from herald.output import err, out
+from herald.output import out
 
 if TYPE_CHECKING:
     from herald.app.scheduler import SchedulerService
@@ -55,14 +56,18 @@ def scheduler(
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
     database_wait: DatabaseWait = None,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Fire due schedules, one-shots and drip steps into the outbox, until SIGTERM/SIGINT
     (SIGHUP: stop the same way, then start again with the same command).
 
     High availability: run two or more on one database (no leader; a fire made twice is one).
     """
+    start_logging(log_level, log_format)
     from herald.app.readiness import not_ready
     from herald.app.scheduler import run_scheduler, run_scheduler_once
+    from herald.app.service_logs import scheduler_started
     from herald.metrics_http import metrics_served
 
     with errors_mapped():
@@ -79,6 +84,7 @@ def scheduler(
             metrics.registry, metrics_host, metrics_port, command="herald scheduler", ready=ready
         )
         with served:
+            scheduler_started(database_url, tick, command="scheduler")
             totals = run_scheduler(
                 service, handle_signals=True, on_stopping=_say_scheduler_stopping
             )
@@ -107,14 +113,18 @@ def run(
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
     database_wait: DatabaseWait = None,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Scheduler, worker and recovery in one process: one machine, the embedded database.
     SIGHUP: stop gracefully, then start again with the same command (a reload).
 
     To scale out, run `herald scheduler` and `herald worker` as separate processes instead.
     """
+    start_logging(log_level, log_format)
     from herald.app.readiness import not_ready
     from herald.app.run import run_all
+    from herald.app.service_logs import worker_started, worker_stopped
     from herald.app.worker import WorkerOptions, build_worker
     from herald.metrics_http import metrics_served
 
@@ -131,11 +141,14 @@ def run(
             database_url, tick, database_wait, service_mode=True, worker=True
         )
         worker = build_worker(service.engine, smtp_url, options, observer=metrics.worker)
+        owner = worker.config.owner
         ready = functools.partial(not_ready, service.engine)
         with metrics_served(
             metrics.registry, metrics_host, metrics_port, command="herald run", ready=ready
         ):
+            worker_started(database_url, smtp_url, options, owner, command="run")
             report = run_all(worker, service, handle_signals=True, on_stopping=_say_run_stopping)
+        worker_stopped(report.worker, options, owner)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:
@@ -174,15 +187,30 @@ def _service(
 
 
 def _say_pass(line: str) -> None:
-    err.print(line)
+    import logging
+
+    from herald.app.scheduler import STARTED
+    from herald.logs import say
+
+    if line.startswith(STARTED):
+        say(line, "scheduler_running")
+    elif line.startswith("database error"):
+        say(line, "database_error", level=logging.WARNING)
+    else:
+        say(line, "scheduler_pass")
 
 
 def _say_scheduler_stopping() -> None:
-    err.print("stopping: finishing the current pass (again to force)")
+    from herald.logs import say
+
+    say("stopping: finishing the current pass (again to force)", "stopping")
 
 
 def _say_run_stopping() -> None:
-    err.print(
+    from herald.logs import say
+
+    say(
         "stopping: finishing the current pass and started sends, releasing the rest "
-        "(again to force)"
+        "(again to force)",
+        "stopping",
     )

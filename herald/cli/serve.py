@@ -18,8 +18,8 @@ from herald.cli.base import (
     opened_waiting,
     reexec_if_reloading,
 )
+from herald.cli.log_options import LogFormat, LogFormatName, LogLevel, LogLevelName, start_logging
 from herald.defaults import DEFAULT_DATABASE_URL
-from herald.output import err
 
 Host = Annotated[
     str,
@@ -65,6 +65,8 @@ def serve(
     smtp_host: SmtpHost = "127.0.0.1",
     smtp_port: SmtpPort = None,
     database_wait: DatabaseWait = None,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Answer one-click unsubscribes (POST /u/<token>; GET shows a confirmation page),
     provider webhooks (POST /events/ses|sendgrid|mailgun|postmark) and, with --smtp-port,
@@ -75,6 +77,10 @@ def serve(
     command (a reload). HERALD_PUBLIC_URL must lead here (over HTTPS) for the links
     in sent messages to work.
     """
+    start_logging(log_level, log_format)
+    from dispatch.egress.redact import redact_setting
+    from herald.app.service_logs import herald_version
+    from herald.logs import say
     from herald.mail_settings import MailSettings
     from herald.serve import events, inbound
     from herald.serve.app import bind, build_app
@@ -106,10 +112,12 @@ def serve(
                     )
                     if domain
                 ]
-                err.print(
+                say(
                     f"herald serve: inbound SMTP on {bound_host}:{bound_port}"
                     f" (accepts {', '.join(accepted)})",
-                    highlight=False,
+                    "inbound_listening",
+                    host=bound_host,
+                    port=bound_port,
                 )
 
             listening = smtp_sock
@@ -131,10 +139,14 @@ def serve(
         def ready(bound_host: str, bound_port: int) -> None:
             public = settings.public_url or "HERALD_PUBLIC_URL not set"
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host  # an IPv6 address
-            err.print(
+            say(
                 f"herald serve: listening on http://{shown}:{bound_port} "
                 f"(one-click unsubscribe at /u/<token>; public URL: {public}; {dashboard_note})",
-                highlight=False,
+                "serve_started",
+                version=herald_version(),
+                database=redact_setting(database_url),
+                host=bound_host,
+                port=bound_port,
             )
 
         try:

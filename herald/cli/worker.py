@@ -18,9 +18,10 @@ from herald.cli.base import (
     opened_waiting,
     reexec_if_reloading,
 )
+from herald.cli.log_options import LogFormat, LogFormatName, LogLevel, LogLevelName, start_logging
 from herald.cli.metrics_options import DEFAULT_METRICS_HOST, MetricsHost, MetricsPort
 from herald.defaults import DEFAULT_DATABASE_URL, DEFAULT_SMTP_URL
-from herald.output import err, out
+from herald.output import out
 
 # The sending options shared by `herald worker` and `herald run` (herald/cli/scheduler.py).
 Concurrency = Annotated[int, typer.Option(min=1, max=1000, help="Sends at once.")]
@@ -69,10 +70,14 @@ def worker(
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
     database_wait: DatabaseWait = None,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Claim and send due jobs. SIGTERM/SIGINT: finish started sends, release the rest.
     SIGHUP: the same, then start again with the same command (a reload)."""
+    start_logging(log_level, log_format)
     from herald.app.readiness import not_ready
+    from herald.app.service_logs import worker_started, worker_stopped
     from herald.app.worker import WorkerOptions, build_worker, run_worker
     from herald.metrics import ProcessMetrics
     from herald.metrics_http import metrics_served
@@ -91,11 +96,14 @@ def worker(
         engine = opened_waiting(database_url, database_wait, service=not until_idle)
         metrics = ProcessMetrics(engine, worker=True)
         the_worker = build_worker(engine, smtp_url, options, observer=metrics.worker)
+        owner = the_worker.config.owner
         ready = functools.partial(not_ready, engine)  # /readyz beside /metrics
         with metrics_served(
             metrics.registry, metrics_host, metrics_port, command="herald worker", ready=ready
         ):
+            worker_started(database_url, smtp_url, options, owner, command="worker")
             report = run_worker(the_worker, handle_signals=True, on_stopping=_say_stopping)
+        worker_stopped(report, options, owner)
         if as_json:
             out.print_json(json.dumps(report.as_dict()))
         else:
@@ -111,4 +119,6 @@ def worker(
 
 
 def _say_stopping() -> None:
-    err.print("stopping: finishing started sends, releasing the rest (again to force)")
+    from herald.logs import say
+
+    say("stopping: finishing started sends, releasing the rest (again to force)", "stopping")

@@ -117,12 +117,28 @@ def _endpoint(
             return PlainTextResponse("client went away", status_code=400)
         except Refused as exc:
             headers = {"WWW-Authenticate": 'Basic realm="herald"'} if exc.status == 401 else None
-            log.info("events/%s: refused (%s): %s", provider, exc.status, exc.reason)
+            log.info(
+                "events/%s: refused (%s): %s",
+                provider,
+                exc.status,
+                exc.reason,
+                extra={"event": "webhook_refused", "provider": provider, "status": exc.status},
+            )
             return PlainTextResponse(exc.reason, status_code=exc.status, headers=headers)
         except sa.exc.SQLAlchemyError as exc:
-            log.warning("events/%s: not recorded (%s)", provider, type(exc).__name__)
+            log.warning(
+                "events/%s: not recorded (%s)",
+                provider,
+                type(exc).__name__,
+                extra={"event": "webhook_not_recorded", "provider": provider},
+            )
             return PlainTextResponse("temporarily unavailable", status_code=503)
-        log.info("events/%s: %s", provider, counts)
+        log.info(
+            "events/%s: %s",
+            provider,
+            counts,
+            extra={"event": "webhook_recorded", "provider": provider, "counts": counts},
+        )
         return JSONResponse(counts)
 
     return endpoint
@@ -236,7 +252,11 @@ def _ses_route(
         try:
             await verifier.verify(message, clock())
         except (OSError, ValueError) as exc:  # the certificate could not be fetched
-            log.warning("events/ses: certificate fetch failed: %s", type(exc).__name__)
+            log.warning(
+                "events/ses: certificate fetch failed: %s",
+                type(exc).__name__,
+                extra={"event": "webhook_verify_failed", "provider": "ses"},
+            )
             return PlainTextResponse("cannot verify now", status_code=503)
         kind = message["Type"]
         if kind == "SubscriptionConfirmation":
@@ -247,9 +267,17 @@ def _ses_route(
             try:
                 await subscribe(url)
             except (OSError, ValueError) as exc:
-                log.warning("events/ses: confirmation failed: %s", type(exc).__name__)
+                log.warning(
+                    "events/ses: confirmation failed: %s",
+                    type(exc).__name__,
+                    extra={"event": "webhook_confirm_failed", "provider": "ses"},
+                )
                 return PlainTextResponse("confirmation failed", status_code=503)
-            log.info("events/ses: subscription to %s confirmed", message["TopicArn"])
+            log.info(
+                "events/ses: subscription to %s confirmed",
+                message["TopicArn"],
+                extra={"event": "webhook_confirmed", "provider": "ses"},
+            )
             return PlainTextResponse("subscription confirmed")
         if kind != "Notification":
             return PlainTextResponse("ok")

@@ -116,7 +116,11 @@ class InboundHandler:
         try:
             await asyncio.to_thread(self.process, list(envelope.rcpt_tos), content, null_sender)
         except (sa.exc.SQLAlchemyError, OSError) as exc:
-            log.warning("inbound: not recorded, asking the sender to retry: %s", type(exc).__name__)
+            log.warning(
+                "inbound: not recorded, asking the sender to retry: %s",
+                type(exc).__name__,
+                extra={"event": "inbound_not_recorded", "cause": type(exc).__name__},
+            )
             return "451 4.3.0 Temporary failure, please try again later"
         return "250 OK"
 
@@ -134,7 +138,11 @@ class InboundHandler:
             with self.engine.begin() as conn:
                 job = job_by_prefix(conn, target.prefix)
                 if job is None:
-                    log.info("inbound: token for job %s names no job; ignored", target.prefix)
+                    log.info(
+                        "inbound: token for job %s names no job; ignored",
+                        target.prefix,
+                        extra={"event": "inbound_unknown_job", "prefix": target.prefix},
+                    )
                     continue
                 if target.purpose == "unsub":
                     fb: Feedback | None = _unsubscribe(job)
@@ -142,12 +150,34 @@ class InboundHandler:
                     assert report is not None  # parsed above for every bounce target
                     fb = _bounce(job, report, content)
                 if fb is None:
-                    log.info("inbound: report for job %s not recorded", job.key[:16])
+                    log.info(
+                        "inbound: report for job %s not recorded",
+                        job.key[:16],
+                        extra={
+                            "event": "inbound_ignored",
+                            "campaign": job.campaign,
+                            "key": job.key,
+                        },
+                    )
                     continue
                 recorded = record_feedback(conn, fb)
             results.append(recorded)
             outcome = "suppressed" if recorded.suppressed else "new" if recorded.new else "seen"
-            log.info("inbound: %s (%s) for job %s: %s", fb.kind, fb.source, job.key[:16], outcome)
+            log.info(
+                "inbound: %s (%s) for job %s: %s",
+                fb.kind,
+                fb.source,
+                job.key[:16],
+                outcome,
+                extra={
+                    "event": "feedback_recorded",
+                    "campaign": job.campaign,
+                    "key": job.key,
+                    "kind": str(fb.kind),
+                    "source": str(fb.source),
+                    "outcome": outcome,
+                },
+            )
         return results
 
 
