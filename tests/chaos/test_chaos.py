@@ -14,7 +14,10 @@ import pytest
 from tests.chaos.harness import Chaos, ChaosConfig
 from tests.support.pg_cluster import RestartableDatabase
 
-pytestmark = pytest.mark.chaos
+# The harness decides by progress, not by wall time (a stall of 180 s, a cap of 1800 s: see
+# ChaosConfig); pytest's suite-wide 300 s must not cut a slow but progressing run on a busy
+# machine (the suite runs on several xdist workers).
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(2000)]
 
 
 def test_chaos_keeps_the_promise(tmp_path: Path, restartable_db: RestartableDatabase) -> None:
