@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 LOCK := requirements.lock
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(LOCK) | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many pytest-xdist worker processes (0: in one process).
+# Much of the suite waits (real processes, SMTP servers, rate windows, an outage), so workers
+# overlap the waiting even on 2 cores; see docs/contributing.md, "How the suite runs".
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint chaos soak bench clean lock
 
@@ -38,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The dashboard's browser tests (tests/browser, part of `make test`) drive Debian's Chromium,
 # never a downloaded one. `make browser-tests` runs only them, after checking it is there.

@@ -15,15 +15,30 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
 from sqlalchemy.engine import Engine
 
 from herald.db import create_engine
 from herald.schema import upgrade
+from tests.support.pg_cluster import (
+    ClusterUnavailable,
+    PrivateCluster,
+    RestartableDatabase,
+    private_cluster,
+)
 from tests.support.smtp_server import LedgerSMTPServer
+
+# The suite runs on several xdist workers beside other load: a property test's verdict must not
+# depend on how fast an example runs. No per-example deadline (hypothesis' default of 200 ms
+# fails a correct test on a busy machine) and no "data generation too slow" health check; the
+# settings a test gives itself still apply on top.
+settings.register_profile("herald", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("herald")
 
 PG_HOST = os.environ.get("HERALD_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("HERALD_TEST_PG_PORT", "5432"))
@@ -39,14 +54,15 @@ def _postgres_reachable() -> bool:
         return False
 
 
-def require_postgres() -> None:
-    if _postgres_reachable():
-        return
+def _without_postgres(reason: str) -> None:
     if os.environ.get("HERALD_REQUIRE_POSTGRES") == "1":
-        pytest.fail(
-            f"PostgreSQL required (HERALD_REQUIRE_POSTGRES=1) but {PG_HOST}:{PG_PORT} is down"
-        )
-    pytest.skip(f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT}; PostgreSQL tests skipped")
+        pytest.fail(f"PostgreSQL required (HERALD_REQUIRE_POSTGRES=1) but {reason}")
+    pytest.skip(f"{reason}; PostgreSQL tests skipped")
+
+
+def require_postgres() -> None:
+    if not _postgres_reachable():
+        _without_postgres(f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT}")
 
 
 @pytest.fixture(scope="session")
@@ -94,13 +110,17 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _sqlite_copy(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    path = tmp_path / "herald.db"
+    shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+    return f"sqlite:///{path}"
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A migrated, empty database URL; the test runs once per backend."""
     if request.param == "sqlite":
-        path = tmp_path / "herald.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
+        yield _sqlite_copy(request, tmp_path)
         return
     admin = request.getfixturevalue("pg_admin")
     name, url = _new_pg_database(admin)
@@ -109,10 +129,52 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def private_pg() -> Iterator[PrivateCluster]:
+    """A PostgreSQL cluster of this test's own (tests/support/pg_cluster.py), for a test that
+    restarts the server: restarting the shared one would break the tests running beside it."""
+    with ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(private_cluster())
+        except ClusterUnavailable as exc:
+            _without_postgres(str(exc))
+        yield cluster
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def restartable_db(request: pytest.FixtureRequest, tmp_path: Path) -> RestartableDatabase:
+    """Like ``db_url``, but on PostgreSQL the database lives in a private cluster that the test
+    may restart (``restart()``) without disturbing any other test."""
+    if request.param == "sqlite":
+        return RestartableDatabase(_sqlite_copy(request, tmp_path), None)
+    cluster: PrivateCluster = request.getfixturevalue("private_pg")
+    admin = sa.create_engine(
+        cluster.url().replace("postgresql://", "postgresql+psycopg://"),
+        isolation_level="AUTOCOMMIT",
+    )
+    with admin.connect() as conn:
+        conn.exec_driver_sql('CREATE DATABASE "herald"')
+    admin.dispose()
+    engine = create_engine(cluster.url("herald"))
+    upgrade(engine)
+    engine.dispose()
+    return RestartableDatabase(cluster.url("herald"), cluster.restart)
+
+
+@pytest.fixture
 def engine(db_url: str) -> Iterator[Engine]:
     engine = create_engine(db_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port on 127.0.0.1 where connections are refused: bound but never listening, and held
+    for the whole test. A probe closed before use would leave the port free for another test
+    (xdist runs them side by side) to start a server on, and the refusal would become a reply."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
 @pytest.fixture

@@ -19,13 +19,12 @@ the others, and in-doubt causes are read from what the product and the server re
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,7 +61,9 @@ class ChaosConfig:
     crash_points: str | None = CRASH_POINTS
     sigstop: bool = True
     host_restart: bool = True
-    db_restart: bool = False
+    # Restarts the database server once, mid-run (PostgreSQL: a private cluster's restart,
+    # tests/support/pg_cluster.py; never the shared server other tests are using). None: no restart.
+    db_restart: Callable[[], None] | None = None
     server_faults: bool = True
     unguarded: bool = False  # the naive variant: T4 guards off
     # The run fails if no job finishes and no worker exits for this long (a stall), and in any
@@ -208,23 +209,8 @@ class Chaos:
             return False
 
     def restart_database(self) -> None:
-        clusters = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
-        if not clusters or shutil.which("pg_ctlcluster") is None:
-            self.result.problems.append("cannot restart PostgreSQL: pg_ctlcluster not available")
-            return
-        subprocess.run(
-            [
-                "pg_ctlcluster",
-                "--skip-systemctl-redirect",
-                clusters[-1],
-                "main",
-                "restart",
-                "-m",
-                "fast",
-            ],
-            check=True,
-            capture_output=True,
-        )
+        assert self.config.db_restart is not None
+        self.config.db_restart()
         self.result.db_restarts += 1
 
     # ------------------------------------------------------------------ the run
@@ -288,7 +274,7 @@ class Chaos:
         plan += [(self.rng.uniform(0.05, 0.8), "kill") for _ in range(cfg.random_kills)]
         if cfg.host_restart:
             plan.append((0.25, "host_restart"))
-        if cfg.db_restart:
+        if cfg.db_restart is not None:
             plan.append((0.35, "db_restart"))
         plan.sort()
         for _ in range(cfg.workers):

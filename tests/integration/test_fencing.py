@@ -64,7 +64,12 @@ def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
         async def before_t4(self, job: ClaimedJob) -> None:
             zombie_job.append(job)
             paused.set()
-            await asyncio.to_thread(resume.wait)
+            # The whole zombie stops, as a paused process does: blocking its event loop, not
+            # just this send. Otherwise it keeps claiming, heartbeating and recovering, and on
+            # a busy machine it re-claims the job the test releases below before the other
+            # worker starts (whose --until-idle then waits forever on that live lease), or
+            # releases it itself first.
+            resume.wait()
 
     transport = SmtpTransport(SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10))
     config = fast_config(owner="zombie")

@@ -5,7 +5,6 @@ a plain server, and a pooled connection the relay dropped while it went away."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,13 +24,6 @@ ENVELOPE = Envelope(
     message_id="<k@herald.test>",
     payload=b"Message-ID: <k@herald.test>\r\nSubject: hi\r\n\r\nbody\r\n",
 )
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 async def unavailable(config: SmtpConfig) -> RelayUnavailable:
@@ -78,8 +70,8 @@ async def with_server(
         await asyncio.wait_for(handled.wait(), timeout=10)  # its socket closed, not leaked
 
 
-def test_connection_refused() -> None:
-    port = closed_port()
+def test_connection_refused(refused_port: int) -> None:
+    port = refused_port
     error = asyncio.run(unavailable(SmtpConfig("127.0.0.1", port)))
     assert error.cause == "connection refused"
     assert error.relay == f"smtp://127.0.0.1:{port}"

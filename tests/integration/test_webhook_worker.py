@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import socket
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -238,10 +237,10 @@ def test_a_denied_url_fails_with_the_rule_and_is_never_contacted(
         assert "loopback (127.0.0.0/8)" in row.outcome_text
 
 
-def test_connection_refused_is_retried_never_in_doubt(tmp_path: Path, engine: Engine) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def test_connection_refused_is_retried_never_in_doubt(
+    tmp_path: Path, engine: Engine, refused_port: int
+) -> None:
+    port = refused_port
     url = f"http://127.0.0.1:{port}/hook"
     launch(engine, write_campaign(tmp_path, url, max_attempts=2), now=LAUNCH)
     environ = {

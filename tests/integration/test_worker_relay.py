@@ -5,7 +5,6 @@ the relay ok again, whichever worker recorded the outage."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 
@@ -28,13 +27,6 @@ from tests.support.smtp_server import LedgerSMTPServer
 RECIPIENTS = 4  # x 3 steps
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
 def rows(engine: Engine) -> set[tuple[str, int, int]]:
     with engine.connect() as conn:
         return {
@@ -46,11 +38,11 @@ def rows(engine: Engine) -> set[tuple[str, int, int]]:
 
 
 def test_until_idle_stops_at_once_and_many_runs_cost_the_jobs_nothing(
-    tmp_path: Path, engine: Engine
+    tmp_path: Path, engine: Engine, refused_port: int
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=RECIPIENTS)
     assert launch(engine, path).new_jobs == RECIPIENTS * 3
-    port = closed_port()
+    port = refused_port
     for _ in range(12):  # more runs than max_claims (10): each used to cost every job a claim
         started = time.monotonic()
         with pytest.raises(RelayUnavailable) as caught:
@@ -85,11 +77,11 @@ def test_the_until_idle_line_says_what_was_sent() -> None:
 
 
 def test_a_long_running_worker_holds_claims_and_a_success_marks_the_relay_ok(
-    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer, refused_port: int
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=RECIPIENTS)
     assert launch(engine, path).new_jobs == RECIPIENTS * 3
-    port = closed_port()
+    port = refused_port
 
     async def outage_then_stop() -> Worker:
         # Not --until-idle: the worker waits for the relay instead of giving up.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -184,18 +183,11 @@ def test_a_relay_outage_mid_campaign_costs_time_not_attempts(
     assert all(f"(smtp://127.0.0.1:{server.port})" in line for found in lines for line in found)
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # nothing listens there now: connections are refused
-
-
 def test_a_wrong_port_gives_one_clear_line_and_exit_1_at_once(
-    tmp_path: Path, engine: Engine, db_url: str
+    tmp_path: Path, engine: Engine, db_url: str, refused_port: int
 ) -> None:
     _launch(tmp_path, engine, 8)
-    port = _closed_port()
+    port = refused_port
     started = time.monotonic()
     done = subprocess.run(
         [

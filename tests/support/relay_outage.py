@@ -8,11 +8,19 @@ rightly make that one job ``in_doubt`` (RFC 1047, docs/design.md §6); the outag
 about what happens to everything else, so they stop the relay where it cannot cut a DATA.
 ``come_back`` starts it again on the same port (the ledger is appended to, so every message
 ever accepted is in it once per acceptance).
+
+While the relay is down its port is free, and the suite runs other tests beside this one
+(xdist): a port the kernel hands out (``port=0``, or the local end of any outgoing connection)
+could be given to someone else in the meantime, and the workers would then talk to another
+test's server, or the relay could not come back. So the relay listens on a port *below* the
+kernel's ephemeral range, which only an explicit bind can take.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import random
 import threading
 import time
 from pathlib import Path
@@ -63,12 +71,34 @@ class _OutageHandler(_LedgerHandler):
             self._ended(envelope)
 
 
+def _ephemeral_ports_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; elsewhere the range differs, and a clash fails loudly
+
+
 class OutageSMTPServer(LedgerSMTPServer):
     def __init__(self, ledger_path: Path, **kwargs: Any) -> None:
         super().__init__(ledger_path, **kwargs)
         old = self._handler
         self._handler = _OutageHandler(old.ledger_path, old.fault_plan, old.delay, old.store_dir)
         self.outages = 0
+
+    def start(self) -> None:
+        if self._requested_port != 0:  # a given port, or coming back on our own
+            super().start()
+            return
+        top = _ephemeral_ports_start()
+        for _ in range(100):
+            self._requested_port = random.randrange(max(1024, top - 10_000), top)
+            try:
+                super().start()
+                return
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+        raise AssertionError("no free port below the ephemeral range")
 
     def go_down(self, *, deadline: float = 15.0) -> None:
         handler = self._handler
