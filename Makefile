@@ -8,6 +8,8 @@ PYTEST_ARGS ?=
 # `make test` runs the suite on this many pytest-xdist worker processes (0: in one process).
 # Much of the suite waits (real processes, SMTP servers, rate windows, an outage), so workers
 # overlap the waiting even on 2 cores; see docs/contributing.md, "How the suite runs".
+# worksteal: a worker that runs out of tests takes queued ones from the other, so the long
+# process tests at the end of the run do not queue behind one worker while the other idles.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test lint chaos soak bench clean lock
@@ -42,7 +44,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
 test: lint
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The dashboard's browser tests (tests/browser, part of `make test`) drive Debian's Chromium,
 # never a downloaded one. `make browser-tests` runs only them, after checking it is there.
