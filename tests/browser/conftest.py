@@ -51,13 +51,16 @@ def chromium_path() -> str:
     )
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API runs an event loop in this thread while it
+# is open, so a test outside tests/browser that calls asyncio.run() on the same (xdist) worker
+# would fail. Pytest closes it whenever the next test is not a browser test.
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Playwright]:
     with sync_playwright() as driver:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     launched = playwright.chromium.launch(
         executable_path=chromium_path(), args=["--no-sandbox"], headless=True
