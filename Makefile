@@ -43,7 +43,7 @@ lint: $(STAMP)
 	$(BIN)/mypy tests
 	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
-test: lint
+test: lint check-browser
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The dashboard's browser tests (tests/browser, part of `make test`) drive Debian's Chromium,
