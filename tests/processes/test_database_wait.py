@@ -83,7 +83,9 @@ def test_a_database_restart_mid_run_loses_and_duplicates_nothing(
     proxy.open()
     server = LedgerSMTPServer(tmp_path / "ledger.txt", delay=0.05)
     server.start()
-    worker = ServiceProcess(worker_args(through(proxy, db_url), server))
+    # A short lease: a job whose outcome could not be recorded during the outage is left to
+    # recovery, which acts only once its lease has expired (120 s by default).
+    worker = ServiceProcess(worker_args(through(proxy, db_url), server, "--lease", "10"))
     try:
         wait_until(lambda: states(engine)["sent"] >= 10, timeout=60, what="10 sent")
         # The "restart": every connection reset, new ones refused until it is back.
