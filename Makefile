@@ -8,10 +8,8 @@ PYTEST_ARGS ?=
 # `make test` runs the suite on this many pytest-xdist worker processes (0: in one process).
 # Much of the suite waits (real processes, SMTP servers, rate windows, an outage), so workers
 # overlap the waiting even on 2 cores; see docs/contributing.md, "How the suite runs".
-# --dist load deals the first quarter of the tests round-robin and then hands out one test at a
-# time as workers free up; tests/conftest.py puts the long waiting tests (chaos, processes,
-# browser) first, so they spread over the workers and overlap the short ones instead of
-# forming a tail at the end.
+# worksteal: a worker that runs out of tests takes queued ones from the other, so the long
+# process tests at the end of the run do not queue behind one worker while the other idles.
 # Three on the 2-core reference machine: a third worker fills the cores while the other two
 # wait on processes and windows (2 workers: 710 s, about 70 % of both cores busy).
 TEST_WORKERS ?= 3
@@ -48,7 +46,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
 test: lint check-browser
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The dashboard's browser tests (tests/browser, part of `make test`) drive Debian's Chromium,
 # never a downloaded one. `make browser-tests` runs only them, after checking it is there.

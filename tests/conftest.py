@@ -183,18 +183,3 @@ def smtp_server(tmp_path: Path) -> Iterator[LedgerSMTPServer]:
     server.start()
     yield server
     server.stop()
-
-
-# The long tests that mostly wait (crash suite, spawned processes, the browser) go first: on
-# xdist workers they then overlap with the many short tests instead of forming a tail at the
-# end of the run, where one worker finishes a 75 s test while the others idle. The order of
-# tests within each group is kept; no test depends on another's order.
-_FIRST = ("tests/chaos/", "tests/processes/", "tests/browser/")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def group(item: pytest.Item) -> int:
-        path = item.nodeid
-        return next((i for i, prefix in enumerate(_FIRST) if path.startswith(prefix)), len(_FIRST))
-
-    items.sort(key=group)  # stable: collection order within a group
