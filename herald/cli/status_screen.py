@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -46,13 +48,31 @@ def watch_status(
     width: int | None,
 ) -> None:
     take = _lasting(take)
+    stop = threading.Event()
     try:
-        if console.is_terminal and not as_json:
-            _live(console, take, interval, count, width)
-        else:
-            _series(console, take, interval, count, as_json, width)
+        with _ctrl_c_sets(stop):
+            if console.is_terminal and not as_json:
+                _live(console, take, interval, count, width, stop)
+            else:
+                _series(console, take, interval, count, as_json, width, stop)
     except KeyboardInterrupt:
         pass  # the way out of a watch: not an error
+
+
+@contextmanager
+def _ctrl_c_sets(stop: threading.Event) -> Iterator[None]:
+    """While the watch runs, Ctrl-C (SIGINT) sets ``stop`` instead of raising
+    KeyboardInterrupt wherever the process happens to be: inside a database query, an
+    interrupt would leave the driver and the pool to clean up mid-statement (seen as exit 1);
+    the watch ends at its next tick boundary instead, which the Event makes immediate."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; KeyboardInterrupt remains the way
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Stale(Exception):
@@ -91,17 +111,19 @@ def _stale_line(stale: _Stale) -> Text:
     return styled(f"✗ not refreshed, the database did not answer: {stale.why}", "bold red")
 
 
-def _ticks(interval: float, count: int | None) -> Iterator[int]:
-    """Yields once per refresh, on a fixed schedule from the first."""
-    stop = threading.Event()
+def _ticks(interval: float, count: int | None, stop: threading.Event) -> Iterator[int]:
+    """Yields once per refresh, on a fixed schedule from the first, until ``stop`` is set."""
     start = time.monotonic()
     n = 0
     while count is None or n < count:
+        if stop.is_set():
+            return
         yield n
         n += 1
         if count is not None and n >= count:
             return
-        stop.wait(max(start + n * interval - time.monotonic(), 0))
+        if stop.wait(max(start + n * interval - time.monotonic(), 0)):
+            return
 
 
 def _live(
@@ -110,12 +132,13 @@ def _live(
     interval: float,
     count: int | None,
     width: int | None,
+    stop: threading.Event,
 ) -> None:
     from rich.console import Group
     from rich.live import Live
 
     with Live(console=console, auto_refresh=False, vertical_overflow="ellipsis") as live:
-        for _ in _ticks(interval, count):
+        for _ in _ticks(interval, count, stop):
             try:
                 lines = status_lines(take(), width or console.width)
             except _Stale as stale:
@@ -133,8 +156,9 @@ def _series(
     count: int | None,
     as_json: bool,
     width: int | None,
+    stop: threading.Event,
 ) -> None:
-    for n in _ticks(interval, count):
+    for n in _ticks(interval, count, stop):
         try:
             snapshot = take()
         except _Stale as stale:
