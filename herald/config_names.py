@@ -82,6 +82,8 @@ ENV_ONLY: Final = (
     _env_only("metrics_port", Kind.INTEGER),
     _env_only("metrics_host", default="127.0.0.1"),
     _env_only("database_wait", Kind.SCALAR),
+    # "transaction" when database_url is a pooler in transaction mode (herald.db.POOLERS).
+    replace(_env_only("database_pooler", default="none"), choices=("none", "transaction")),
     _env_only("dashboard_password"),
     _env_only("dashboard_token"),
     _env_only("operator"),

@@ -1,18 +1,25 @@
-"""Engine creation: SQLite (WAL, busy timeout, BEGIN IMMEDIATE) and PostgreSQL (psycopg 3)."""
+"""Engine creation: SQLite (WAL, busy timeout, BEGIN IMMEDIATE) and PostgreSQL (psycopg 3,
+directly or through a transaction pooler)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from herald.errors import DatabaseError
+from herald.errors import ConfigError, DatabaseError
 from herald.settings import normalise_database_url, parse_database_url
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+POOLER_VARIABLE = "HERALD_DATABASE_POOLER"
+# "none": Herald talks to PostgreSQL, or to a pooler in session mode (one server connection per
+# client connection). "transaction": to a pooler in transaction mode (PgBouncer, pgcat, RDS
+# Proxy, ...), where each transaction may run on another server connection.
+POOLERS = ("none", "transaction")
 
 
 def normalise_url(url: str) -> str:
@@ -25,7 +32,34 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
     parsed = parse_database_url(url)
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
-    return sa.create_engine(parsed, pool_pre_ping=True, **kwargs)
+    return _postgres_engine(parsed, database_pooler(), **kwargs)
+
+
+def database_pooler(environ: Mapping[str, str] | None = None) -> str:
+    """``HERALD_DATABASE_POOLER`` (``none`` when unset or empty); ConfigError for another word."""
+    value = (os.environ if environ is None else environ).get(POOLER_VARIABLE, "").strip()
+    if not value:
+        return "none"
+    if value.lower() not in POOLERS:
+        raise ConfigError(
+            f"{POOLER_VARIABLE}: {value!r} is not one of {', '.join(POOLERS)}",
+            hint="'transaction' when HERALD_DATABASE_URL points at a pooler in transaction mode",
+        )
+    return value.lower()
+
+
+def _postgres_engine(url: sa.URL, pooler: str, **kwargs: Any) -> Engine:
+    if pooler == "transaction":
+        # psycopg prepares a statement server-side the sixth time a connection runs it
+        # (prepare_threshold=5), then only names it. A prepared statement lives in one server
+        # session; a transaction pooler hands the next transaction to another session, where
+        # the name does not exist ("prepared statement _pg3_0 does not exist"). PgBouncer
+        # before 1.21, and 1.21+ without max_prepared_statements, cannot follow them: never
+        # prepare. Herald keeps nothing else in a session between transactions (no SET,
+        # LISTEN, temporary table, WITH HOLD cursor or session advisory lock).
+        connect_args = {**kwargs.pop("connect_args", {}), "prepare_threshold": None}
+        kwargs["connect_args"] = connect_args
+    return sa.create_engine(url, pool_pre_ping=True, **kwargs)
 
 
 def _precreate_private(url: sa.URL) -> None:
