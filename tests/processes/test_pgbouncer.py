@@ -266,14 +266,16 @@ def test_a_worker_killed_mid_run_is_recovered_through_pgbouncer(
         for service in [victim, *services]:
             service.start()
         assert victim.process is not None
-        wait_until(
-            lambda: len(hold.held) >= 2 and bool(owned_by(engine, victim.process.pid)),  # type: ignore[union-attr]
-            [victim, *services],
-            "the victim never held a claim",
-        )
+        pid = victim.process.pid
+
+        def mid_run() -> bool:
+            return (
+                len(hold.held) >= 2 and bool(server.accepted_ids()) and bool(owned_by(engine, pid))
+            )
+
+        wait_until(mid_run, [victim, *services], "the victim never held a claim mid-run")
         victim.kill()  # SIGKILL
-        lost = owned_by(engine, victim.process.pid)
-        assert 0 < len(server.accepted_ids()) < len(expected), "the kill was not mid-run"
+        assert len(server.accepted_ids()) < len(expected), "the kill was not mid-run"
         hold.release()
 
         def settled() -> bool:
@@ -299,10 +301,32 @@ def test_a_worker_killed_mid_run_is_recovered_through_pgbouncer(
     assert set(accepted) == expected
     paths = journal(engine)
     assert {job: p for job, p in paths.items() if not is_valid_path(p)} == {}
-    # Each of the victim's jobs went back by recovery (R1) or into doubt (R2), through PgBouncer.
+    # Each job the victim left claimed or sending was taken back by the survivor's recovery
+    # through PgBouncer: R1 (back to pending) or R2 (in doubt), the very next transition.
+    lost = left_behind(engine, f":{pid}:")
+    assert lost, "the victim left nothing unfinished"
     recovered = {("claimed", "pending"), ("sending", "in_doubt")}
-    assert {job for job in lost if not recovered & set(paths[job])} == set()
+    assert {job: step for job, step in lost.items() if step not in recovered} == {}
     print(f"KILLED: {len(lost)} job(s) recovered, {in_doubt} resolved from in doubt")
+
+
+def left_behind(engine: Engine, victim: str) -> dict[int, tuple[str | None, str] | None]:
+    """For each job whose last transition by ``victim`` (an owner fragment) left it claimed or
+    sending: the transition that came next, by someone else (None: nothing came)."""
+    e = send_event.c
+    query = sa.select(e.job_id, e.from_state, e.to_state, e.actor).order_by(e.job_id, e.id)
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    events: dict[int, list[tuple[str | None, str, str]]] = {}
+    for job, source, target, actor in rows:
+        events.setdefault(job, []).append((source, target, actor))
+    found: dict[int, tuple[str | None, str] | None] = {}
+    for job, path in events.items():
+        mine = [i for i, (_, _, actor) in enumerate(path) if victim in actor]
+        if mine and path[mine[-1]][1] in ("claimed", "sending"):
+            following = path[mine[-1] + 1 : mine[-1] + 2]
+            found[job] = (following[0][0], following[0][1]) if following else None
+    return found
 
 
 def resolve_in_doubt(engine: Engine, pooled: str, delivered: set[str]) -> int:
