@@ -176,15 +176,17 @@ def prune(
 def vacuum(engine: Engine) -> None:
     """Make the freed space reusable (PostgreSQL: VACUUM, no exclusive lock) or give it back to
     the file system (SQLite: VACUUM rewrites the file and locks the database while it runs)."""
-    statements = (
-        [f"VACUUM (ANALYZE) {', '.join(TABLES)}"]
-        if engine.dialect.name == "postgresql"
-        else ["VACUUM"]
-    )
-    # VACUUM cannot run inside a transaction block.
+    if engine.dialect.name != "postgresql":
+        # On the DB-API connection: Herald's SQLite engine begins every transaction itself
+        # (BEGIN IMMEDIATE, herald.db), and VACUUM cannot run inside one.
+        raw = engine.raw_connection()
+        try:
+            raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
+        finally:
+            raw.close()
+        return
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for statement in statements:
-            conn.execute(sa.text(statement))
+        conn.execute(sa.text(f"VACUUM (ANALYZE) {', '.join(TABLES)}"))
 
 
 def table_sizes(engine: Engine) -> dict[str, int]:
