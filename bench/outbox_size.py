@@ -55,7 +55,7 @@ steps:
 PARAGRAPH = (
     "<p>Here is what happened in {{ city }} this week. The council met on Tuesday and agreed "
     "the new cycle lanes; the market moves to the square from the first of the month, and the "
-    "library opens late on Thursdays. <a href=\"https://news.herald.test/{{ city }}/week\">"
+    'library opens late on Thursdays. <a href="https://news.herald.test/{{ city }}/week">'
     "Read the whole story</a>.</p>\n"
 )
 TEMPLATE = (

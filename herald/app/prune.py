@@ -74,6 +74,7 @@ class PruneReport:
     payload_bytes: int = 0
     events: int = 0
     batches: int = 0
+    stopped: bool = False  # asked to stop before the pass was done
     vacuumed: bool = False
     sizes_before: dict[str, int] = field(default_factory=dict)
     sizes_after: dict[str, int] = field(default_factory=dict)
@@ -86,6 +87,7 @@ class PruneReport:
             "payload_bytes": self.payload_bytes,
             "events": self.events,
             "batches": self.batches,
+            "stopped": self.stopped,
             "vacuumed": self.vacuumed,
             "sizes_before": self.sizes_before,
             "sizes_after": self.sizes_after,
@@ -110,9 +112,13 @@ def prune(
     report: PruneReport,
     *,
     actor: str,
-    on_batch: Callable[[PruneReport], None] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> PruneReport:
-    """Run the pass ``start`` prepared, updating ``report`` after every committed batch."""
+    """Run the pass ``start`` prepared, updating ``report`` after every committed batch.
+
+    ``stop`` is asked between batches (the CLI's Ctrl-C): the pass ends after the batch that
+    is running commits, and says so in ``report.stopped``.
+    """
     store = OutboxStore(engine.dialect.name)
     if options.dry_run:
         with engine.connect() as conn:
@@ -130,6 +136,9 @@ def prune(
         return report
     after = 0
     while True:
+        if stop():
+            report.stopped = True
+            break
         with engine.begin() as conn:
             batch = store.prune_batch(
                 conn,
@@ -146,9 +155,7 @@ def prune(
         report.jobs += batch.jobs
         report.payload_bytes += batch.payload_bytes
         report.events += batch.events
-        if on_batch is not None:
-            on_batch(report)
-    if options.vacuum:
+    if options.vacuum and not report.stopped:
         vacuum(engine)
         report.vacuumed = True
     report.sizes_after = table_sizes(engine)

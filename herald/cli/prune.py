@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -70,16 +75,38 @@ def prune(
         )
         engine = opened(database_url)
         report = start(engine, options)
-        try:
-            run_prune(engine, options, report, actor=f"prune:{operator_name()}")
-        except KeyboardInterrupt:
+        with _stop_on_signals() as stop:
+            try:
+                run_prune(engine, options, report, actor=f"prune:{operator_name()}", stop=stop)
+            except KeyboardInterrupt:
+                report.stopped = True  # the second Ctrl-C: the open batch was rolled back
+        if report.stopped:
             err.print(
-                f"interrupted: {report.batches} batch(es) committed ({report.jobs} job(s)); "
-                "nothing half-done; run it again to continue"
+                f"stopped: {report.batches} batch(es) committed, {report.jobs} job(s) pruned, "
+                "nothing half-done; run the same command again to continue"
             )
-            _print(report, engine.dialect.name, as_json)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
         _print(report, engine.dialect.name, as_json)
+        if report.stopped:
+            raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[Callable[[], bool]]:
+    """Ctrl-C or SIGTERM: finish the batch that is running, then stop. A second Ctrl-C stops at
+    once (its batch rolls back). Either way every committed batch is whole."""
+    asked = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if asked.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        asked.set()
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield asked.is_set
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _print(report: PruneReport, dialect: str, as_json: bool) -> None:

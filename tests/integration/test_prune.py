@@ -63,7 +63,7 @@ def every_state(engine: Engine) -> dict[str, str]:
 
 
 def test_only_the_finished_states_are_prunable() -> None:
-    assert PRUNABLE == {State.SENT, State.FAILED, State.CANCELLED}
+    assert {State.SENT, State.FAILED, State.CANCELLED} == PRUNABLE
     assert PRUNABLE < TERMINAL  # in_doubt waits for a decision that needs the message
 
 
@@ -113,7 +113,8 @@ def test_keep_journal_and_campaign_narrow_the_pass(engine: Engine) -> None:
     journal_before = journals(engine)
     report = run_prune(engine, campaign="beta", keep_journal=True)
     after = rows(engine)
-    assert report.jobs == 1 and report.events == 0
+    assert report.jobs == 1
+    assert report.events == 0
     assert {k for k, r in after.items() if r["payload"] == b""} == {keys["cancelled"]}
     assert journals(engine) == journal_before
 
@@ -130,10 +131,11 @@ def test_a_job_changed_within_the_period_is_kept(engine: Engine) -> None:
 def test_relaunch_and_refire_of_a_pruned_campaign_create_nothing(
     engine: Engine, tmp_path: Path, smtp_server: LedgerSMTPServer
 ) -> None:
-    path, addresses = write_campaign(tmp_path / "c", recipients=3)
+    path, _addresses = write_campaign(tmp_path / "c", recipients=3)
     launch(engine, path, clock=lambda: LAUNCH_AT, actor="test")
     report = run_worker(engine, smtp_server.host, smtp_server.port)
-    assert report.sent == 9 and len(smtp_server.messages()) == 9
+    assert report.sent == 9
+    assert len(smtp_server.messages()) == 9
     age(engine)
     assert run_prune(engine).jobs == 9
     pruned = rows(engine)
@@ -190,7 +192,8 @@ def test_resend_refuses_a_job_without_its_message(engine: Engine, db_url: str) -
     refused = resolve_in_doubt(engine, keys[:1], target=State.PENDING, actor="operator:t")
     assert (refused.changed, refused.pruned) == ([], keys[:1])
     result = cli(db_url, "in-doubt", "resolve", keys[0], "--resend")
-    assert result.exit_code == 1 and "dropped by retention" in result.output
+    assert result.exit_code == 1
+    assert "dropped by retention" in result.output
     decided = resolve_in_doubt(engine, keys[1:], target=State.SENT, actor="operator:t")
     assert decided.keys == keys[1:]
 
