@@ -22,9 +22,7 @@ from dispatch.outbox.relay import RelayOps
 from dispatch.outbox.send import SendOps
 
 
-class SqlOutbox(
-    ClaimOps, SendOps, RateOps, RelayOps, RecoveryOps, OperatorOps, ReadOps, PruneOps
-):
+class SqlOutbox(ClaimOps, SendOps, RateOps, RelayOps, RecoveryOps, OperatorOps, ReadOps, PruneOps):
     """``SqlOutbox(engine.dialect.name)``: implements ``dispatch.outbox.contract.Outbox``."""
 
 
