@@ -175,6 +175,7 @@ def prune(
             "payload_bytes": report.payload_bytes,
             "events": report.events,
             "vacuumed": report.vacuumed,
+            "stopped": report.stopped,
         },
     )
     return report

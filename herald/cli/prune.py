@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from herald.cli.base import CampaignOption, DatabaseUrl, JsonFlag, app, errors_mapped, opened
+from herald.cli.log_options import LogFormat, LogFormatName, LogLevel, LogLevelName, start_logging
 from herald.defaults import DEFAULT_DATABASE_URL
 from herald.output import err, out
 
@@ -58,12 +59,15 @@ def prune(
     ] = False,
     database_url: DatabaseUrl = DEFAULT_DATABASE_URL,
     as_json: JsonFlag = False,
+    log_level: LogLevel = LogLevelName.info,
+    log_format: LogFormat = LogFormatName.text,
 ) -> None:
     """Drop the messages of old sent, failed and cancelled jobs; keep their keys."""
     from herald.app.common import operator_name
     from herald.app.prune import PruneOptions, retention_age, start
     from herald.app.prune import prune as run_prune
 
+    start_logging(log_level, log_format)  # the operator's record: event outbox_pruned
     with errors_mapped():
         options = PruneOptions(
             older_than=retention_age(older_than, force=force),
