@@ -231,3 +231,13 @@ def test_cli_prunes_reports_and_refuses(engine: Engine, db_url: str) -> None:
     assert vacuumed.exit_code == 0, vacuumed.output
     assert json.loads(vacuumed.stdout)["jobs"] == 1  # the recent one, two hours old
     assert rows(engine)[keys["recent"]]["payload"] == b""
+
+
+def test_the_dashboard_preview_says_a_message_was_pruned() -> None:
+    from types import SimpleNamespace
+
+    from herald.serve.dashboard.pages_preview import PRUNED, shown
+
+    row = SimpleNamespace(key="k", channel="email", state="sent", occurrence_at=LAUNCH_AT)
+    assert shown(SimpleNamespace(**vars(row), payload=b"")).raw == PRUNED
+    assert shown(SimpleNamespace(**vars(row), payload=b"Subject: x\r\n\r\nhi\r\n")).raw != PRUNED
