@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from dbtypes import db_now
 from dispatch.models import GLOBAL_SCOPE, send_job, suppression
 from dispatch.outbox.base import SqlBase
+from dispatch.outbox.prune import payload_kept
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, guard, journal, returned, selection
 from dispatch.states import State, T, Transition, performs
@@ -84,7 +85,10 @@ class OperatorOps(SqlBase):
                 not_before=db_now(),
             )
         # A superseded payload is never re-armed (dispatch.outbox.versions); deciding it is.
-        rearmable = [J.superseded_at.is_(None)] if transition is T.RESOLVE_RESEND else []
+        # Nor one whose payload retention pruned (dispatch.outbox.prune): it no longer exists.
+        rearmable = (
+            [J.superseded_at.is_(None), payload_kept()] if transition is T.RESOLVE_RESEND else []
+        )
         stmt = (
             sa.update(send_job)
             .where(guard(transition), *rearmable, *selection(keys, campaign))
@@ -110,6 +114,7 @@ class OperatorOps(SqlBase):
             .where(
                 guard(T.DEAD_RETRY),
                 J.superseded_at.is_(None),  # never re-arm a replaced version's payload
+                payload_kept(),  # nor a pruned one: there is no message left to send
                 *selection(keys, campaign),
             )
             .values(

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from dispatch.outbox.claim import ClaimOps
 from dispatch.outbox.contract import Outbox
 from dispatch.outbox.operator import OperatorOps
+from dispatch.outbox.prune import PruneOps
 from dispatch.outbox.rates import RateOps
 from dispatch.outbox.reads import ReadOps
 from dispatch.outbox.recovery import RecoveryOps
@@ -21,7 +22,7 @@ from dispatch.outbox.relay import RelayOps
 from dispatch.outbox.send import SendOps
 
 
-class SqlOutbox(ClaimOps, SendOps, RateOps, RelayOps, RecoveryOps, OperatorOps, ReadOps):
+class SqlOutbox(ClaimOps, SendOps, RateOps, RelayOps, RecoveryOps, OperatorOps, ReadOps, PruneOps):
     """``SqlOutbox(engine.dialect.name)``: implements ``dispatch.outbox.contract.Outbox``."""
 
 

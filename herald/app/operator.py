@@ -36,6 +36,8 @@ class Changed:
     # Of ``missed``: keys left alone because a new campaign version replaced their payload,
     # with the campaign's name.
     superseded: dict[str, str] = field(default_factory=dict)
+    # Of ``missed``: keys left alone because `herald prune` dropped their message.
+    pruned: list[str] = field(default_factory=list)
 
     @property
     def keys(self) -> list[str]:
@@ -110,7 +112,7 @@ def resolve_in_doubt(
         changed = store.resolve_in_doubt(
             conn, keys=selected, campaign=campaign, target=target, actor=actor, why=why
         )
-        return _changed(conn, selected, changed, check_superseded=target is State.PENDING)
+        return _changed(conn, selected, changed, rearming=target is State.PENDING)
 
 
 def retry_dead(
@@ -121,7 +123,7 @@ def retry_dead(
     store = OutboxStore(engine.dialect.name)
     with engine.begin() as conn:
         changed = store.retry_dead(conn, keys=selected, campaign=campaign, actor=actor)
-        return _changed(conn, selected, changed, check_superseded=True)
+        return _changed(conn, selected, changed, rearming=True)
 
 
 def _changed(
@@ -129,11 +131,14 @@ def _changed(
     selected: list[str] | None,
     changed: list[tuple[int, str]],
     *,
-    check_superseded: bool,
+    rearming: bool,
 ) -> Changed:
     if selected is None:
         return Changed(changed)
     done = {key for _, key in changed}
     missed = [key for key in selected if key not in done]
-    refused = superseded_keys(conn, missed) if check_superseded and missed else {}
-    return Changed(changed, missed, refused)
+    if not (rearming and missed):
+        return Changed(changed, missed)
+    refused = superseded_keys(conn, missed)
+    pruned = OutboxStore(conn.dialect.name).pruned_keys(conn, missed)
+    return Changed(changed, missed, refused, pruned)

@@ -15,7 +15,7 @@ from __future__ import annotations
 # In the order `herald --help` lists them.
 from herald.cli import launch, preview, enroll, plan, worker, scheduler  # isort: skip
 from herald.cli import status, operator, suppress, feedback, serve, dkim  # isort: skip
-from herald.cli import audience, db, sink, config  # isort: skip
+from herald.cli import audience, db, sink, config, prune  # isort: skip
 from herald.cli.base import app
 
 __all__ = ["app", "main"]
@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     db,
     sink,
     config,
+    prune,
 )
 
 

@@ -236,6 +236,11 @@ def _warn_unchanged(changed: Changed, what: str) -> None:
                 f"{key}: not re-armed: its content belongs to a replaced version of campaign "
                 f"{changed.superseded[key]!r}, which no longer sends it (superseded)"
             )
+        elif key in changed.pruned:
+            err.print(
+                f"{key[:16]}: not re-armed: its message was dropped by retention (herald prune); "
+                "a pruned job is history and can never be sent again"
+            )
         else:
             err.print(f"{key[:16]}: not {what} (unknown key, or already handled)")
     if changed.missed:

@@ -47,8 +47,14 @@ def _content(message: EmailMessage, kind: str) -> str | None:
     return content if isinstance(content, str) else None
 
 
+PRUNED = "(message dropped by retention: herald prune; its key and outcome are kept)"
+
+
 def shown(row: Any) -> Shown:
     payload: bytes = row.payload
+    if not payload:  # pruned (docs/operations/retention.md): say so rather than show a blank
+        occurrence = row.occurrence_at.isoformat()
+        return Shown(row.key, row.channel, row.state, occurrence, [], None, None, PRUNED)
     raw = payload.decode("utf-8", errors="replace")
     headers: list[tuple[str, str]] = []
     text = html = None
