@@ -177,7 +177,8 @@ class Report:
         )
         self.ratios.append(ratio)
         if target is not None:
-            measured = "—" if value is None else f"{value:.2f}x"
+            # A withheld ratio is not printed anywhere, the targets table included.
+            measured = "—" if value is None or withheld else f"{value:.2f}x"
             self.target(target, value, measured, withheld)
         print(f"  {ratio.text()}")
         return ratio
