@@ -222,6 +222,13 @@ def _ratios(ctx: Context) -> None:
         figs.get(PROCRASTINATE),
         Target("herald/procrastinate drain", "≥", 20.0),
     )
+    # procrastinate waits on a round trip per job; under load its wall rate falls less than a
+    # CPU-bound drain's, so its CPU per job says more about the two than the rate does.
+    rep.ratio(
+        "procrastinate/herald CPU per job (information; >1 = Herald cheaper)",
+        figs.get(f"{PROCRASTINATE} cpu"),
+        herald_cpu,
+    )
     rep.ratio("herald/raw-SQL drain (information)", herald, figs.get(RAWSQL))
     rep.ratio("herald/raw-SQL CPU per job (information)", herald_cpu, figs.get(f"{RAWSQL} cpu"))
     if PGBOUNCER in figs:
