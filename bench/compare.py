@@ -155,6 +155,10 @@ def _report(ctx: Context, name: str, outcome: Outcome) -> None:
         )
     if isinstance(runs[0], DrainResult):
         _committer(ctx, name, runs)
+    pooler = [getattr(r, "pooler_us_per_job", lambda: None)() for r in runs]
+    us = [p for p in pooler if isinstance(p, float)]
+    if len(us) == len(runs):  # bench.pooler: PgBouncer's own CPU
+        rep.add(name, "CPU per job, PgBouncer", us, "µs/job", n=jobs, loads=loads, quiet=True)
 
 
 def _committer(ctx: Context, name: str, runs: list[DrainResult]) -> None:

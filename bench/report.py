@@ -137,6 +137,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)  # Herald's own figures that could not be had
     missing: list[str] = field(default_factory=list)  # comparisons and sections not measured
+    details: dict[str, Any] = field(default_factory=dict)  # JSON only, e.g. every outbox size
 
     def add(
         self,
@@ -226,6 +227,7 @@ class Report:
             "not_measured": list(self.missing),
             "failed": list(self.failed),
             "notes": list(self.notes),
+            "details": self.details,
         }
 
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -226,14 +225,26 @@ def run_outbox_size(ctx: Context) -> None:
     result = attempt(ctx, "outbox size", run)
     if result is None:
         return
-    values = vars(result) if hasattr(result, "__dict__") else dataclasses.asdict(result)
-    for key, value in values.items():
+    report_outbox_size(ctx, result, jobs)
+
+
+def report_outbox_size(ctx: Context, result: Any, jobs: int) -> None:
+    """Scalars as they are; each nested size set (``bench.outbox_size.Sizes``, bytes per million
+    jobs) as its total in MiB, its parts in the note. Everything goes to the JSON's details."""
+    as_dict = getattr(result, "as_dict", None)
+    ctx.report.details["outbox_size"] = as_dict() if callable(as_dict) else vars(result)
+    name = "outbox/postgresql"
+    for key, value in vars(result).items():
         if isinstance(value, int | float) and not isinstance(value, bool):
-            in_bytes = "bytes" in key
-            ctx.report.add(
-                "outbox/postgresql",
-                key.replace("_", " "),
-                value / MiB if in_bytes else value,
-                "MiB" if in_bytes else "",
-                n=jobs,
+            if key != "jobs":
+                ctx.report.add(name, key.replace("_", " "), value, "", n=jobs)
+            continue
+        total = getattr(value, "total", None)
+        if isinstance(total, int | float):
+            parts = ", ".join(
+                f"{k.replace('_total', '')} {v / MiB:,.0f}"
+                for k, v in vars(value).items()
+                if k.endswith("_total")
             )
+            what = f"size per million jobs, {key.replace('_', ' ')}"
+            ctx.report.add(name, what, total / MiB, "MiB", n=jobs, note=parts)

@@ -4,6 +4,7 @@ interleaved order, and the JSON's shape (bench.report, bench.load, bench.rounds,
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -14,9 +15,17 @@ from bench.context import Context, Options
 from bench.cpu import CpuUse
 from bench.extras import NotMeasured
 from bench.load import LoadSample, load_verdict, loads_differ
+from bench.optional import lookup
 from bench.report import Report, Target, median_range, verdict
 from bench.results import document
 from bench.rounds import Contender, interleave, order
+from bench.sections import report_outbox_size
+
+OPTIONS = Options(
+    jobs=10, concurrency=2, repeat=2, procrastinate_jobs=5, pgqueuer_batches=(100,),
+    recipients=10, smtp_messages=10, smtp_concurrency=2, smtp_repeat=1, recovery_lease=5.0,
+    sections=("drain",), tracemalloc=False, json_path="x.json",
+)  # fmt: skip
 
 
 def loads(*values: float) -> list[LoadSample]:
@@ -130,12 +139,7 @@ def test_interleave_runs_in_rounds_and_drops_what_cannot_be_measured() -> None:
 
 
 def test_json_document_holds_figures_ratios_targets_machine_and_loads() -> None:
-    options = Options(
-        jobs=10, concurrency=2, repeat=2, procrastinate_jobs=5, pgqueuer_batches=(100,),
-        recipients=10, smtp_messages=10, smtp_concurrency=2, smtp_repeat=1, recovery_lease=5.0,
-        sections=("drain",), tracemalloc=False, json_path="x.json",
-    )  # fmt: skip
-    ctx = Context(options, Report(), postgres=True)
+    ctx = Context(OPTIONS, Report(), postgres=True)
     a = ctx.report.add("h", "drain", [1.0, 3.0], "jobs/s", n=10, loads=[LoadSample(0.5, 0.1)] * 2)
     ctx.report.ratio("h/h", a, a, Target("h/h", "≥", 1.0))
     ctx.report.missing.append("pooler: not measured: absent")
@@ -157,3 +161,39 @@ def test_json_document_holds_figures_ratios_targets_machine_and_loads() -> None:
     assert doc["targets"][0]["verdict"] == "MET"
     assert doc["not_measured"] == ["pooler: not measured: absent"]
     assert doc["failed"] == []
+
+
+def test_optional_sections_are_looked_up_by_name_or_say_why_not() -> None:
+    assert lookup("json", "dumps") is json.dumps
+    assert lookup("bench.no_such_module", "measure") == "bench.no_such_module is not in this build"
+    assert lookup("json", "no_such_function") == "json.no_such_function is not defined"
+
+
+@dataclass(frozen=True)
+class FakeSizes:
+    send_job_heap: int
+    send_job_total: int
+    send_event_total: int
+
+    @property
+    def total(self) -> int:
+        return self.send_job_total + self.send_event_total
+
+
+@dataclass(frozen=True)
+class FakeOutboxSize:
+    jobs: int
+    prune_seconds: float
+    sent: FakeSizes
+
+
+def test_outbox_size_reports_each_size_set_as_its_total_and_keeps_all_for_the_json() -> None:
+    ctx = Context(OPTIONS, Report(), postgres=True)
+    mib = 1024 * 1024
+    result = FakeOutboxSize(10, 1.5, FakeSizes(50 * mib, 100 * mib, 200 * mib))
+    report_outbox_size(ctx, result, 10)
+    figures = {f.what: f for f in ctx.report.figures}
+    assert figures["size per million jobs, sent"].value == 300.0
+    assert figures["size per million jobs, sent"].note == "send_job 100, send_event 200"
+    assert figures["prune seconds"].value == 1.5
+    assert ctx.report.as_dict()["details"]["outbox_size"]["sent"].send_job_heap == 50 * mib
