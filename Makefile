@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # processes and windows (clean clone, .ci/run: 2 workers 710 s, 3 workers 622 s, 4 workers 597 s).
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint chaos soak bench clean lock
+.PHONY: demo test lint chaos soak bench bench-big clean lock
 
 # Exactly the versions (and file hashes) in requirements.lock, then Herald itself without letting
 # pip resolve anything else: what was tested is what is installed.
@@ -65,8 +65,15 @@ chaos: $(STAMP)
 soak: $(STAMP)
 	$(BIN)/python -m tests.chaos.soak
 
+# Figures, ratios and targets in one run (about 5 minutes on the 2-core reference machine when
+# it is otherwise idle); also written to build/bench/latest.json. BENCH_ARGS e.g. "--repeat 5".
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# The 1,000,000-recipient fan-out on PostgreSQL and its memory at 250k and 1M (not in `make bench`).
+bench-big: $(STAMP)
+	$(BIN)/python -m bench.run --only big --json build/bench/big.json $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .lock-venv .demo .mypy_cache .ruff_cache .pytest_cache

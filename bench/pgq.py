@@ -10,16 +10,14 @@ buffered DELETE + INSERT into its log table). Herald does three fenced transitio
 with a journal row, so the comparison favours pgqueuer.
 
 pgqueuer and asyncpg are not Herald dependencies. If they are missing they are installed into the
-running venv with pip on first use; if that fails, the caller reports the reference figure.
+running venv with pip on first use (``bench.extras``); if that fails, the caller reports the
+reference figure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,18 +25,14 @@ from typing import Any
 
 from bench.cpu import CpuUse, cpu_meter
 from bench.databases import fresh_postgres, postgres_database
+from bench.extras import NotMeasured, ensure_installed, package_version
 
-PACKAGES = ("pgqueuer", "asyncpg")
+PACKAGES = {"pgqueuer": "pgqueuer", "asyncpg": "asyncpg"}
 REFERENCE_JOBS_PER_SECOND = 16_500.0  # the product owner's figure for this machine
 DEQUEUERS = 5
-BATCH_SIZES = (10, 100)
+BATCH_SIZES = (10, 100)  # --pgqueuer-batches; the default run measures 100 only
 ENQUEUE_BATCH = 1_000
-PIP_TIMEOUT_SECONDS = 240
 ATTEMPTS = 2
-
-
-class NotMeasured(Exception):
-    """pgqueuer could not be installed or run; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -56,31 +50,8 @@ class PgqResult:
         return self.jobs / self.seconds
 
 
-def ensure_installed() -> None:
-    missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
-    if not missing:
-        return
-    print(
-        f"  installing {', '.join(missing)} into {sys.prefix} (first run; not a Herald dependency)"
-    )
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", *missing],
-            capture_output=True,
-            text=True,
-            timeout=PIP_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise NotMeasured(f"pip install timed out after {PIP_TIMEOUT_SECONDS} s") from exc
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise NotMeasured(f"pip install {' '.join(missing)} failed: {last}")
-    importlib.invalidate_caches()
-
-
 def measure_pgqueuer(jobs: int, batch_size: int) -> PgqResult:
-    ensure_installed()
+    ensure_installed(PACKAGES)
     try:
         import pgqueuer  # noqa: F401  (import check before creating a database)
     except ImportError as exc:
@@ -97,7 +68,9 @@ def measure_pgqueuer(jobs: int, batch_size: int) -> PgqResult:
             failures.append(f"{type(exc).__name__}: {exc}")
             print(f"  pgqueuer run failed ({failures[-1]}); retrying on a fresh database")
             continue
-        return PgqResult(jobs, batch_size, seconds, cpu, _version("pgqueuer"), loop_name, failures)
+        return PgqResult(
+            jobs, batch_size, seconds, cpu, package_version("pgqueuer"), loop_name, failures
+        )
     raise NotMeasured(f"{ATTEMPTS} runs failed, last: {failures[-1]}")
 
 
@@ -107,15 +80,6 @@ def _runner() -> tuple[Callable[[Awaitable[Any]], Any], str]:
     except ImportError:
         return asyncio.run, "asyncio"  # type: ignore[return-value]
     return uvloop.run, "uvloop"
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "?"
 
 
 async def _enqueue_then_drain(url: str, jobs: int, batch_size: int) -> tuple[float, CpuUse]:

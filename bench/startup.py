@@ -30,9 +30,16 @@ TARGETS = {"--help": 0.3, "status": 0.6}
 @dataclass(frozen=True)
 class Startup:
     command: str
-    median_seconds: float
-    runs: int
+    times: tuple[float, ...]  # wall time of every measured run
     target_seconds: float
+
+    @property
+    def median_seconds(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def runs(self) -> int:
+        return len(self.times)
 
 
 def herald_executable() -> str:
@@ -64,7 +71,7 @@ def measure(runs: int = RUNS) -> list[Startup]:
             argv = [herald, command]
             _time_once(argv, env)  # warm the file cache: the figure is start-up, not disk
             times = [_time_once(argv, env) for _ in range(runs)]
-            results.append(Startup(command, statistics.median(times), runs, TARGETS[command]))
+            results.append(Startup(command, tuple(times), TARGETS[command]))
     return results
 
 
@@ -72,5 +79,6 @@ if __name__ == "__main__":
     for result in measure():
         print(
             f"herald {result.command}: median {result.median_seconds:.3f} s of {result.runs} "
-            f"runs (target ≤ {result.target_seconds} s)"
+            f"runs ({min(result.times):.3f}–{max(result.times):.3f}; "
+            f"target ≤ {result.target_seconds} s)"
         )
