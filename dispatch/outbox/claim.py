@@ -151,7 +151,8 @@ class ClaimOps(SqlBase):
             J.not_before,
             J.send_window,
         )
-        rows = self.forms.journalled(conn, update, T.CLAIM, actor=owner, returning=columns)
+        with self.forms.in_index_order(conn):
+            rows = self.forms.journalled(conn, update, T.CLAIM, actor=owner, returning=columns)
         rows.sort(key=lambda r: (r.not_before, r.id))
         return [
             ClaimedJob(
