@@ -27,6 +27,13 @@ def _ts(name: str, nullable: bool = True, default_now: bool = False) -> sa.Colum
     )
 
 
+# The predicates of the two partial indexes (as in migration 0007). A query uses one only when
+# its own state test implies the predicate, e.g. ``state = 'failed'`` or ``state IN (…)``.
+LEASE_INDEXED = ("claimed", "sending", "in_doubt", "failed")
+CAMPAIGN_INDEXED = ("pending", "sent", "failed", "cancelled", "in_doubt")
+LEASE_STATES = f"state IN {LEASE_INDEXED}"
+SETTLED_STATES = f"state IN {CAMPAIGN_INDEXED}"
+
 send_job = sa.Table(
     "send_job",
     metadata,
@@ -84,8 +91,24 @@ send_job = sa.Table(
         postgresql_where=sa.text("state = 'pending'"),
         sqlite_where=sa.text("state = 'pending'"),
     ),
-    sa.Index("ix_send_job_campaign_state", "campaign", "step", "state"),
-    sa.Index("ix_send_job_state_lease", "state", "lease_expires_at"),
+    # Partial on PostgreSQL (migration 0007): a transition inserts into every index whose
+    # predicate its new row version meets (none is HOT: state is indexed), so each holds only
+    # the states it is read by. Leased rows are counted from ix_send_job_state_lease
+    # (ReadOps.counts). SQLite keeps them whole: it uses a partial index only for a query that
+    # repeats the predicate term for term.
+    sa.Index(
+        "ix_send_job_campaign_state",
+        "campaign",
+        "step",
+        "state",
+        postgresql_where=sa.text(SETTLED_STATES),
+    ),
+    sa.Index(
+        "ix_send_job_state_lease",
+        "state",
+        "lease_expires_at",
+        postgresql_where=sa.text(LEASE_STATES),
+    ),
     sa.Index(
         "ux_send_job_mailbox",
         "campaign",

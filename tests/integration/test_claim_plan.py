@@ -1,0 +1,70 @@
+"""The claim reads the due index in order, even on a backlog PostgreSQL has no statistics for.
+
+Without statistics (every launch, until autovacuum analyses the table) the planner estimates a
+handful of pending rows and prefers a bitmap scan plus a sort: a plan that reads and sorts the
+WHOLE backlog to lease a few rows, on every claim. The claim must never be planned that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from dispatch.store import NewJob, OutboxStore
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _jobs(count: int) -> Iterator[NewJob]:
+    for i in range(count):
+        yield NewJob(
+            key=f"{i:064d}",
+            key_tuple=f'["c","s","{EPOCH.isoformat()}","u{i}@example.org"]',
+            campaign="c",
+            step="s",
+            occurrence_at=EPOCH,
+            channel="email",
+            sender="me@example.org",
+            recipient=f"u{i}@example.org",
+            message_id=f"<{i}@example.org>",
+            payload=b"x" * 1800,  # few rows a page: a backlog of many pages
+            not_before=EPOCH,
+        )
+
+
+def test_claim_never_sorts_the_backlog(engine: Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a PostgreSQL planner choice")
+    store = OutboxStore("postgresql")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE send_job SET (autovacuum_enabled = false)")
+        store.enqueue(conn, list(_jobs(4000)))
+    plans: list[str] = []
+
+    def explain(conn: sa.Connection, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "FOR UPDATE SKIP LOCKED" in statement:  # the claim, planned as it is about to run
+            with conn.connection.dbapi_connection.cursor() as c:  # type: ignore[union-attr]
+                c.execute("EXPLAIN " + statement, params)
+                plans.append("\n".join(row[0] for row in c.fetchall()))
+
+    event.listen(engine, "before_cursor_execute", explain)
+    try:
+        with engine.begin() as conn:
+            claimed = store.claim(conn, owner="w", limit=50, lease_seconds=60)
+            after = conn.exec_driver_sql(
+                "SELECT current_setting('enable_sort'), current_setting('enable_bitmapscan')"
+            ).one()
+    finally:
+        event.remove(engine, "before_cursor_execute", explain)
+    assert [job.key for job in claimed] == [f"{i:064d}" for i in range(50)]
+    (plan,) = plans
+    assert "ix_send_job_due" in plan, plan
+    assert "Sort" not in plan, plan
+    assert "Bitmap" not in plan, plan
+    assert tuple(after) == ("on", "on")  # the rest of the transaction is planned as usual
