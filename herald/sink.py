@@ -125,6 +125,11 @@ class MaildirSink:
     def close(self) -> None:
         self._flusher.close()
 
+    @property
+    def queued(self) -> int:
+        """Messages received and waiting for the next durable group."""
+        return self._flusher.queued
+
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content: bytes = envelope.original_content or b""
         try:

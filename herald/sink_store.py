@@ -97,7 +97,12 @@ def _libc_syncfs() -> Callable[[int], int] | None:
         return None
     libc = ctypes.CDLL(name, use_errno=True)
     function = getattr(libc, "syncfs", None)
-    return None if function is None else function  # type: ignore[no-any-return]
+    if function is None:
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    syncfs: Callable[[int], int] = function
+    return syncfs
 
 
 def default_flush() -> ParallelFsync:
@@ -135,6 +140,11 @@ class GroupFlusher:
 
     def submit(self, content: bytes, done: Callable[[Path | OSError], None]) -> None:
         self._queue.put(_Pending(content, done))
+
+    @property
+    def queued(self) -> int:
+        """Messages waiting for the next group (the current one is being flushed)."""
+        return self._queue.qsize()
 
     def close(self) -> None:
         """Store what was submitted so far, then stop the thread."""
