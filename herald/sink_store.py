@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import itertools
+import logging
 import os
 import queue
 import socket
@@ -28,9 +29,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+log = logging.getLogger("herald.sink")
 
 
 class MaildirFlush(Protocol):
@@ -180,7 +184,7 @@ class GroupFlusher:
                 try:
                     name, fd = self._write(pending.content)
                 except OSError as exc:
-                    pending.done(exc)
+                    _tell(pending, exc)
                     continue
                 written.append((pending, fd, name))
             if not written:
@@ -188,8 +192,9 @@ class GroupFlusher:
             try:
                 self.flush.files([fd for _, fd, _ in written])
             except OSError as exc:
-                for pending, _, _ in written:
-                    pending.done(exc)
+                for pending, _, name in written:
+                    self._discard(name)
+                    _tell(pending, exc)
                 return
             renamed: list[tuple[_Pending, Path]] = []
             for pending, _, name in written:
@@ -197,20 +202,26 @@ class GroupFlusher:
                 try:
                     os.rename(self.maildir / "tmp" / name, new_path)
                 except OSError as exc:
-                    pending.done(exc)
+                    self._discard(name)
+                    _tell(pending, exc)
                     continue
                 renamed.append((pending, new_path))
             try:
                 self.flush.directory(self.maildir / "new")
             except OSError as exc:
+                # Renamed but maybe not durable: refused, so the client keeps (and resends) it.
                 for pending, _ in renamed:
-                    pending.done(exc)
+                    _tell(pending, exc)
                 return
             for pending, new_path in renamed:
-                pending.done(new_path)
+                _tell(pending, new_path)
         finally:
             for _, fd, _ in written:
                 os.close(fd)
+
+    def _discard(self, name: str) -> None:
+        with suppress(OSError):  # a leftover in tmp/ is harmless: readers never look there
+            os.unlink(self.maildir / "tmp" / name)
 
     def _write(self, content: bytes) -> tuple[str, int]:
         name = self._unique_name()
@@ -228,3 +239,11 @@ class GroupFlusher:
     def _unique_name(self) -> str:
         # The classic time.pid_sequence.host form; ':' and '/' would clash with Maildir flags.
         return f"{time.time_ns()}.P{os.getpid()}Q{next(self._sequence)}.{self._host}"
+
+
+def _tell(pending: _Pending, result: Path | OSError) -> None:
+    try:
+        pending.done(result)
+    except Exception:
+        # A broken callback must not end the flusher thread: every later message would hang.
+        log.exception("sink delivery callback failed", extra={"event": "sink_callback_failed"})
