@@ -30,9 +30,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from herald.errors import UsageError
-from herald.sink_store import GroupFlusher, MaildirFlush, default_flush, fsync_directory
-
-__all__ = ["fsync_directory"]  # kept importable from here (tests/support uses it)
+from herald.sink_store import GroupFlusher, MaildirFlush, default_flush
+from herald.sink_store import fsync_directory as fsync_directory  # still importable from here
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +102,9 @@ class MaildirSink:
     """aiosmtpd handler storing every message in a Maildir, durably, then replying 250.
 
     Storing is ``herald.sink_store``'s flusher thread, which makes concurrent deliveries durable
-    as one group; ``flush`` is how (a seam: by default one fsync per file, in parallel, and one
-    of ``new/`` per group). ``close`` stops the flusher.
+    as one group; ``flush`` is how (a seam: by default syncfs(2) where the C library has it,
+    else one fsync per file in parallel; then one fsync of ``new/`` per group). ``close`` stops
+    the flusher.
     """
 
     def __init__(
