@@ -1,26 +1,53 @@
 """End to end over SMTP: jobs through ``SmtpTransport`` into Herald's dev sink on loopback.
 
-The sink (``herald.sink.start_sink``) stores every message in a Maildir and fsyncs it (file and
-directory) before replying 250, so this figure includes a durable write per message on the
-receiving side, on the same two cores as the worker.
+The sink (``herald.sink.start_sink``) stores every message in a Maildir and makes it durable
+before replying 250, so this figure includes a durable write per message on the receiving side,
+on the same two cores as the worker. The sink runs in a process of its own, as a relay would: in
+the benchmark's process it would share the worker's interpreter lock and bill its parsing and
+storing to the worker.
+
+``measure_bare_smtp`` is the ceiling: the same messages, the same sink and concurrency, through
+plain aiosmtplib with no outbox at all (each coroutine keeps one connection and sends message
+after message). ``python -m bench.smtp_e2e`` prints both and their ratio.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import aiosmtplib
+
+from bench.databases import fresh_database
 from bench.drain import EPOCH, bench_jobs, enqueue, run_worker
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.store import NewJob
 from dispatch.worker import WorkerConfig, WorkerReport
 from herald.db import create_engine
-from herald.sink import start_sink
 
 BODY = "Hello,\r\n\r\nthis is a benchmark message from Herald.\r\n"
+HOST = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[1]
+
+# The sink's process: start_sink on a free port, print the port, stop (storing what it
+# acknowledged) when stdin closes.
+SINK_PROCESS = """
+import sys
+from pathlib import Path
+from herald.sink import start_sink
+with start_sink(Path(sys.argv[1]), host="127.0.0.1", port=0) as sink:
+    print(sink.port, flush=True)
+    sys.stdin.read()
+"""
 
 
 @dataclass(frozen=True)
@@ -29,6 +56,16 @@ class SmtpResult:
     seconds: float
     report: WorkerReport
     stored: int
+
+    @property
+    def messages_per_second(self) -> float:
+        return self.messages / self.seconds
+
+
+@dataclass(frozen=True)
+class BareSmtpResult:
+    messages: int
+    seconds: float
 
     @property
     def messages_per_second(self) -> float:
@@ -55,15 +92,48 @@ def mail_jobs(count: int) -> Iterator[NewJob]:
         yield replace(job, payload=rfc5322(job))
 
 
+@contextmanager
+def sink_process(maildir: Path) -> Iterator[int]:
+    """``herald.sink.start_sink`` in a child process; yields its port."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-c", SINK_PROCESS, str(maildir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdin is not None
+        line = child.stdout.readline()
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the sink did not start (exit {child.wait()})")
+        yield int(line)
+        child.stdin.close()
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def stored_messages(maildir: Path) -> int:
+    return sum(1 for _ in (maildir / "new").iterdir())
+
+
 def measure_smtp(url: str, messages: int, concurrency: int) -> SmtpResult:
     with tempfile.TemporaryDirectory(prefix="herald-bench-sink-") as folder:
         maildir = Path(folder) / "Maildir"
         engine = create_engine(url)
         try:
             enqueue(engine, mail_jobs(messages))
-            with start_sink(maildir, port=0) as sink:
+            with sink_process(maildir) as port:
                 transport = SmtpTransport(
-                    SmtpConfig(host=sink.host, port=sink.port, command_timeout=30, data_timeout=60)
+                    SmtpConfig(host=HOST, port=port, command_timeout=30, data_timeout=60)
                 )
                 config = WorkerConfig(
                     concurrency=concurrency,
@@ -76,9 +146,59 @@ def measure_smtp(url: str, messages: int, concurrency: int) -> SmtpResult:
                 seconds = time.perf_counter() - started
         finally:
             engine.dispose()
-        stored = sum(1 for _ in (maildir / "new").iterdir())
+        stored = stored_messages(maildir)
     if worker.report.sent != messages or stored != messages:
         raise RuntimeError(
             f"SMTP run: {worker.report.sent} sent, {stored} stored, {messages} expected"
         )
     return SmtpResult(messages, seconds, worker.report, stored)
+
+
+def measure_bare_smtp(messages: int, concurrency: int) -> BareSmtpResult:
+    """The same messages into the same sink through a bare aiosmtplib loop: the SMTP ceiling."""
+    jobs = list(mail_jobs(messages))
+    with tempfile.TemporaryDirectory(prefix="herald-bench-sink-") as folder:
+        maildir = Path(folder) / "Maildir"
+        with sink_process(maildir) as port:
+            started = time.perf_counter()
+            asyncio.run(bare_loop(port, jobs, concurrency))
+            seconds = time.perf_counter() - started
+        stored = stored_messages(maildir)
+    if stored != messages:
+        raise RuntimeError(f"bare SMTP run: {stored} stored, {messages} expected")
+    return BareSmtpResult(messages, seconds)
+
+
+async def bare_loop(port: int, jobs: list[NewJob], concurrency: int) -> None:
+    queue = iter(jobs)  # shared: each coroutine takes the next message when it is free
+
+    async def client() -> None:
+        smtp = aiosmtplib.SMTP(hostname=HOST, port=port, start_tls=False, timeout=30)
+        await smtp.connect()
+        try:
+            for job in queue:
+                await smtp.sendmail(job.sender, [job.recipient], job.payload)
+        finally:
+            await smtp.quit()
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.smtp_e2e")
+    parser.add_argument("--messages", type=int, default=2_000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    bare = measure_bare_smtp(args.messages, args.concurrency)
+    with fresh_database(args.backend) as url:
+        herald = measure_smtp(url, args.messages, args.concurrency)
+    print(f"N={args.messages:,}, concurrency {args.concurrency}, {args.backend}, load {load:.1f}")
+    print(f"bare aiosmtplib: {bare.messages_per_second:8.1f} msg/s ({bare.seconds:.2f} s)")
+    print(f"Herald:          {herald.messages_per_second:8.1f} msg/s ({herald.seconds:.2f} s)")
+    print(f"ratio:           {herald.messages_per_second / bare.messages_per_second:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

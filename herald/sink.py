@@ -1,17 +1,16 @@
 """A development SMTP sink: accepts every message and files it, byte for byte, in a Maildir.
 
 It is a dev tool, so it binds loopback only unless told otherwise, and it stores before it replies
-250 (written, fsync'd, renamed into ``new/``) so that what it acknowledged is really on disk.
+250 (written, fsync'd, renamed into ``new/``, the rename fsync'd) so that what it acknowledged is
+really on disk. Concurrent deliveries are made durable together (``herald.sink_store``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import itertools
 import logging
 import mailbox
-import os
 import signal
 import socket
 import threading
@@ -31,6 +30,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from herald.errors import UsageError
+from herald.sink_store import GroupFlusher, MaildirFlush, default_flush
+from herald.sink_store import fsync_directory as fsync_directory  # still importable from here
 
 log = logging.getLogger(__name__)
 
@@ -98,10 +99,20 @@ class BoundPortController(Controller):
 
 
 class MaildirSink:
-    """aiosmtpd handler storing every message in a Maildir, fsync'd, then replying 250."""
+    """aiosmtpd handler storing every message in a Maildir, durably, then replying 250.
+
+    Storing is ``herald.sink_store``'s flusher thread, which makes concurrent deliveries durable
+    as one group; ``flush`` is how (a seam: by default syncfs(2) where the C library has it,
+    else one fsync per file in parallel; then one fsync of ``new/`` per group). ``close`` stops
+    the flusher.
+    """
 
     def __init__(
-        self, maildir: Path, on_message: Callable[[SinkedMessage], None] | None = None
+        self,
+        maildir: Path,
+        on_message: Callable[[SinkedMessage], None] | None = None,
+        *,
+        flush: MaildirFlush | None = None,
     ) -> None:
         self.maildir = Path(maildir)
         self.on_message = on_message
@@ -109,11 +120,28 @@ class MaildirSink:
         # not fsync and a 250 must mean "on disk".
         self.maildir.parent.mkdir(parents=True, exist_ok=True)
         mailbox.Maildir(self.maildir, create=True)
-        self._sequence = itertools.count(1)
+        self._flusher = GroupFlusher(self.maildir, flush if flush is not None else default_flush())
+
+    def close(self) -> None:
+        self._flusher.close()
+
+    @property
+    def queued(self) -> int:
+        """Messages received and waiting for the next durable group."""
+        return self._flusher.queued
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content: bytes = envelope.original_content or b""
-        path = self._deliver(content)
+        try:
+            path = await self._deliver(content)
+        except OSError as exc:
+            # Not stored, so not acknowledged: a temporary failure keeps it with the client.
+            log.error(
+                "could not store a message: %s",
+                exc,
+                extra={"event": "sink_store_failed", "error": str(exc)},
+            )
+            return "451 4.3.0 Requested action aborted: could not store the message"
         if self.on_message is not None:
             try:
                 self.on_message(self._describe(envelope, content, path))
@@ -128,26 +156,25 @@ class MaildirSink:
                 )
         return "250 OK: stored"
 
-    def _deliver(self, content: bytes) -> Path:
-        # Maildir delivery: write in tmp/, fsync, rename into new/, fsync new/, so a reader never
-        # sees a half-written file and a 250 always means the bytes are durable.
-        name = self._unique_name()
-        tmp_path = self.maildir / "tmp" / name
-        new_path = self.maildir / "new" / name
-        # 0600 like the Maildir's own directories: a message is someone's mail.
-        fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with open(fd, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.rename(tmp_path, new_path)
-        fsync_directory(new_path.parent)
-        return new_path
+    async def _deliver(self, content: bytes) -> Path:
+        """The message's path in ``new/``, once it is durable (file and rename)."""
+        loop = asyncio.get_running_loop()
+        stored: asyncio.Future[Path] = loop.create_future()
 
-    def _unique_name(self) -> str:
-        # The classic time.pid_sequence.host form; ':' and '/' would clash with Maildir flags/paths.
-        host = socket.gethostname().replace("/", "_").replace(":", "_")
-        return f"{time.time_ns()}.P{os.getpid()}Q{next(self._sequence)}.{host}"
+        def settle(result: Path | OSError) -> None:
+            if stored.done():  # the session went away (client gone, sink stopping)
+                return
+            if isinstance(result, OSError):
+                stored.set_exception(result)
+            else:
+                stored.set_result(result)
+
+        def done(result: Path | OSError) -> None:  # on the flusher thread
+            with suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+                loop.call_soon_threadsafe(settle, result)
+
+        self._flusher.submit(content, done)
+        return await stored
 
     @staticmethod
     def _describe(envelope: Envelope, content: bytes, path: Path) -> SinkedMessage:
@@ -160,15 +187,6 @@ class MaildirSink:
             path=path,
             size=len(content),
         )
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or create inside ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _header_text(headers: Message, name: str) -> str | None:
@@ -187,8 +205,11 @@ def _header_text(headers: Message, name: str) -> str | None:
 class SinkHandle:
     """A running sink. ``port`` is the real port, also when 0 was asked for."""
 
-    def __init__(self, controller: BoundPortController) -> None:
+    def __init__(
+        self, controller: BoundPortController, on_stop: Callable[[], None] | None = None
+    ) -> None:
         self._controller: BoundPortController | None = controller
+        self._on_stop = on_stop
         self.host: str = controller.hostname
         self.port: int = controller.port
 
@@ -196,6 +217,8 @@ class SinkHandle:
         if self._controller is not None:
             self._controller.stop()
             self._controller = None
+            if self._on_stop is not None:
+                self._on_stop()  # after the server: no session is left to submit a message
 
     def __enter__(self) -> SinkHandle:
         return self
@@ -234,11 +257,20 @@ def start_sink(
     port: int = DEFAULT_SINK_PORT,
     on_message: Callable[[SinkedMessage], None] | None = None,
     allow_remote: bool = False,
+    flush: MaildirFlush | None = None,
 ) -> SinkHandle:
-    """Start the sink in a background thread. ``on_message`` is called from that thread."""
+    """Start the sink in a background thread. ``on_message`` is called from that thread.
+
+    ``flush`` is how a group of messages is made durable (``herald.sink_store``).
+    """
     require_loopback(host, allow_remote=allow_remote)
-    handler = MaildirSink(maildir, on_message)
-    return SinkHandle(start_controller(handler, host=host, port=port, server_name=SINK_SERVER_NAME))
+    handler = MaildirSink(maildir, on_message, flush=flush)
+    try:
+        controller = start_controller(handler, host=host, port=port, server_name=SINK_SERVER_NAME)
+    except BaseException:
+        handler.close()
+        raise
+    return SinkHandle(controller, on_stop=handler.close)
 
 
 def format_sinked(message: SinkedMessage, *, at: float | None = None) -> str:
