@@ -156,7 +156,7 @@ def run_smtp(ctx: Context) -> None:
             [r.messages / r.seconds for r in outcome.runs],
             "messages/s",
             n=opts.smtp_messages,
-            note="sink fsyncs each message before 250",
+            note="sink (own process) makes each group of messages durable before their 250s",
             loads=outcome.loads,
         )
     if bare in figures:
