@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from campaigns.errors import CampaignError, SpecError
+from herald.cli import coercion
+from herald.cli.registry import LazyGroup
 from herald.errors import HeraldError
 from herald.output import err, styled
 from herald.secrets import known_secrets
@@ -30,11 +32,14 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=LazyGroup,  # a command's module is imported only when it runs (herald/cli/registry.py)
     # Every option is also HERALD_<COMMAND>_<OPTION> (herald worker --concurrency:
     # HERALD_WORKER_CONCURRENCY) unless it names its own variable; herald.toml sets them
     # (herald/config.py).
     context_settings={"auto_envvar_prefix": "HERALD"},
 )
+LazyGroup.source = app
+coercion.install()  # plain option values without importing pydantic (herald/cli/coercion.py)
 
 DatabaseUrl = Annotated[
     str,

@@ -1,66 +1,18 @@
-"""The configuration file (``herald --config FILE``, ``HERALD_CONFIG``, ``./herald.toml``, the
-user's config folder) and ``herald config``, which shows every effective setting.
-
-The file is read in the app's callback: after ``herald``'s own options and before the
-command's, so what it sets is in the environment when click reads the command's options
-(precedence: option > environment > file > default; herald/config.py).
-"""
+"""``herald config``: every effective setting, and what the configuration file (``herald
+--config FILE``, ``HERALD_CONFIG``, ``./herald.toml``, the user's config folder) did. The file
+itself is read in the app's callback (herald/cli/global_options.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Any
 
 import typer
 
 from herald.cli.base import JsonFlag, app, errors_mapped
+from herald.cli.global_options import LOADED, every_setting
 from herald.output import err, out, styled
-
-if TYPE_CHECKING:
-    from herald.config import Loaded
-    from herald.config_names import Setting
-
-_LOADED = "herald.config"  # the key of what the file did in click's ctx.meta
-
-
-@app.callback()
-def _global_options(
-    ctx: typer.Context,
-    config: Annotated[
-        str | None,
-        typer.Option(
-            "--config",
-            envvar="HERALD_CONFIG",
-            metavar="FILE",
-            help="Configuration file (default: ./herald.toml, else ~/.config/herald/herald.toml).",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
-    # No docstring: it would replace the app's help text.
-    if ctx.resilient_parsing:  # shell completion: nothing is run
-        return
-    from herald.config import load
-
-    with errors_mapped():
-        loaded = load(config, lambda: _known(ctx))
-    ctx.meta[_LOADED] = loaded
-    # What the file set is undone when the command ends: a test (or any caller) running many
-    # commands in one process must not see one command's file in the next.
-    ctx.call_on_close(lambda: _unset(loaded))
-
-
-def _unset(loaded: Loaded) -> None:
-    for env in loaded.applied:
-        if os.environ.get(env) == loaded.values.get(env):
-            del os.environ[env]
-
-
-def _known(ctx: typer.Context) -> dict[str, Setting]:
-    from herald.config_names import known_settings
-
-    return known_settings(ctx.find_root().command)
 
 
 @app.command("config")
@@ -70,8 +22,8 @@ def config_command(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     from herald.config_view import effective, unknown_variables
 
     with errors_mapped():
-        loaded = ctx.meta.get(_LOADED) or Loaded(Found(None, ()))
-        known = _known(ctx)
+        loaded = ctx.meta.get(LOADED) or Loaded(Found(None, ()))
+        known = every_setting(ctx)
         rows = effective(known, loaded, os.environ)
         unknown = unknown_variables(known, os.environ)
         found = loaded.found

@@ -1,0 +1,89 @@
+"""What ``herald --help``, ``herald status --help`` and ``herald status`` import: none of the
+libraries they do not use (the start-up time itself is measured by ``make bench``, not here).
+Rich is not among them: typer prints its help with rich, and ``status`` its table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+# Imported by nothing `--help` runs: the database, templates, SMTP, HTTP, pydantic (typer's
+# conversion of option values, herald/cli/coercion.py).
+NOT_FOR_HELP = [
+    "sqlalchemy",
+    "alembic",
+    "sqlmodel",
+    "psycopg",
+    "jinja2",
+    "aiosmtplib",
+    "httpx",
+    "pydantic",
+    "prometheus_client",
+    "starlette",
+]
+# What typer's help renderer imports for markdown help and pretty tracebacks only: `herald
+# --help` (the command list) goes without (herald/cli/registry.py); a command's own help not.
+MARKDOWN = ["markdown_it", "pygments", "rich.markdown", "rich.traceback"]
+# `status` reads the database with SQLAlchemy; the schema check reads alembic_version itself.
+NOT_FOR_STATUS = [
+    "alembic",
+    "herald.migrations",
+    "jinja2",
+    "aiosmtplib",
+    "httpx",
+    "pydantic",
+    "prometheus_client",
+    "starlette",
+]
+RUN = """
+import sys
+sys.argv = ["herald", *sys.argv[1:]]
+from herald.cli import main
+try:
+    main()
+except SystemExit as exit:
+    code = exit.code
+print("\\n".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def loaded_by(*args: str, database_url: str = "sqlite://") -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HERALD_DATABASE_URL": database_url},
+        check=True,
+    )
+    return set(done.stderr.split())
+
+
+def imported(modules: set[str], names: list[str]) -> list[str]:
+    return [n for n in names if n in modules or any(m.startswith(f"{n}.") for m in modules)]
+
+
+def test_herald_help_imports_no_command_module_and_no_heavy_library() -> None:
+    modules = loaded_by("--help")
+    assert imported(modules, NOT_FOR_HELP + MARKDOWN) == []
+    commands = {m for m in modules if m.startswith("herald.cli.")}
+    assert commands <= {
+        "herald.cli.base",
+        "herald.cli.coercion",
+        "herald.cli.global_options",
+        "herald.cli.registry",
+    }
+
+
+def test_a_commands_help_imports_its_module_only() -> None:
+    modules = loaded_by("status", "--help")
+    assert imported(modules, NOT_FOR_HELP) == []
+    assert "herald.cli.status" in modules
+    assert "herald.cli.worker" not in modules
+
+
+def test_status_imports_neither_migrations_nor_pydantic(db_url: str) -> None:
+    modules = loaded_by("status", database_url=db_url)
+    assert "herald.app.status" in modules  # it ran
+    assert imported(modules, NOT_FOR_STATUS) == []
