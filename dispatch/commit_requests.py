@@ -6,6 +6,10 @@ commit's transaction, returning one result per request in order. The committer t
 no kind by name (``dispatch/committer.py``), and a reader sees at the class what each request
 carries, what it returns, and which store operation it is.
 
+Requests are slotted, not frozen, dataclasses: two are made per job, and a frozen dataclass's
+``__init__`` costs about a microsecond per field (``object.__setattr__`` each). Nothing changes a
+request once it is made; the committer only reads it.
+
 ``order`` fixes the sequence inside one transaction: outcomes first, then T4s, then claims last,
 so a slot freed in this batch can be refilled by the claim in the same transaction.
 """
@@ -61,7 +65,7 @@ class OutboxRequest(ABC, Generic[R]):
         """Apply every request of the batch in ``conn``'s transaction; one result each."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Complete(OutboxRequest[bool]):
     """T5–T8 (and T6 before DATA): record an outcome. True if it applied under our lease."""
 
@@ -83,7 +87,7 @@ class Complete(OutboxRequest[bool]):
         return [r.completion.lease[0] in done for r in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StartSend(OutboxRequest[datetime | None]):
     """T4, claimed → sending: the only door to a send. Once it is committed, the moment the
     job crossed (database clock: the message's Date); None if the guard refused."""
@@ -105,7 +109,7 @@ class StartSend(OutboxRequest[datetime | None]):
         return [started.get(lease[0]) for lease in leases]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Settle(OutboxRequest[State | None]):
     """A claimed job whose T4 was refused: where it goes instead (None: not our lease)."""
 
@@ -121,7 +125,7 @@ class Settle(OutboxRequest[State | None]):
         return [settled.get(r.lease[0]) for r in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Heartbeat(OutboxRequest[set[int]]):
     """Extend these leases; the ids still alive (every requester gets the batch's whole set)."""
 
@@ -138,7 +142,7 @@ class Heartbeat(OutboxRequest[set[int]]):
         return [alive for _ in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Release(OutboxRequest[set[int]]):
     """Give unstarted claims back; the ids released (the batch's whole set, to each)."""
 
@@ -155,7 +159,7 @@ class Release(OutboxRequest[set[int]]):
         return [released for _ in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Defer(OutboxRequest[set[int]]):
     """Hand back claims whose send window is closed, due at its next opening (W2); the ids
     handed back (the batch's whole set, to each)."""
@@ -173,7 +177,7 @@ class Defer(OutboxRequest[set[int]]):
         return [deferred for _ in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LeaseState(OutboxRequest[LeaseRow | None]):
     """The job's state and ``send_started_at`` if it still carries this lease's token
     (re-reading an unknown commit)."""
@@ -190,7 +194,7 @@ class LeaseState(OutboxRequest[LeaseRow | None]):
         return [rows.get(r.lease[0]) for r in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Recover(OutboxRequest[RecoveryReport]):
     """One recovery pass over expired leases (each request runs its own)."""
 
@@ -207,7 +211,7 @@ class Recover(OutboxRequest[RecoveryReport]):
         ]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class HasWork(OutboxRequest[bool]):
     """Is anything running, or due within ``horizon_seconds``? (``--until-idle``)"""
 
@@ -220,7 +224,7 @@ class HasWork(OutboxRequest[bool]):
         return [ctx.store.has_work(conn, r.horizon_seconds) for r in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class NextDueIn(OutboxRequest[float | None]):
     """Seconds until the next pending job is due (None: nothing pending)."""
 
@@ -235,7 +239,7 @@ class NextDueIn(OutboxRequest[float | None]):
         return [due for _ in batch]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Claim(OutboxRequest[list[ClaimedJob]]):
     """Lease up to ``limit`` due jobs. Last in the transaction: it refills freed slots."""
 

@@ -12,6 +12,12 @@ The committer knows no request by name: what a request carries and does is its c
 
 If a batch fails, every request in it gets the exception; callers decide what a failure means
 (for T4: re-read the row before sending; for completions: retry while the lease lasts).
+
+Per request the hand-over costs one future and one list append: the requests made during one
+turn of the event loop cross to the database thread as one list (a thread wake-up per turn, not
+per request). The database thread keeps its connection while transactions follow each other
+closely, so a busy drain does not check one out of the pool (with PostgreSQL's pre-ping, a
+round trip) per commit; after a pause or a failed transaction it takes a fresh one.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,6 +41,9 @@ from dispatch.store import OutboxStore
 R = TypeVar("R")
 
 MAX_BATCH = 2000  # requests per transaction; bounds statement size and lock time
+# A connection idle this long goes back to the pool; the next transaction checks one out again
+# (PostgreSQL: pre-pinged), so a connection the server dropped during a pause is not used.
+HOLD_CONNECTION_SECONDS = 1.0
 
 
 @dataclass
@@ -78,8 +88,12 @@ class GroupCommitter:
             failure_watch=failure_watch,
         )
         self.stats = CommitterStats()
-        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Pending] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="herald-db", daemon=True)
+        # Requests made during the current turn of each event loop, not yet handed over.
+        self._outgoing: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
+        self._conn: sa.Connection | None = None  # the database thread's, between transactions
+        self._conn_used = 0.0  # monotonic time its last transaction ended
 
     # ------------------------------------------------------------ lifecycle
 
@@ -96,19 +110,36 @@ class GroupCommitter:
         """Queue ``request`` for the next transaction; its result once that has committed."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self._queue.put(_Pending(request, future, loop))
+        outgoing = self._outgoing.get(loop)
+        if outgoing is None:  # the first request of this turn: hand the turn's list over after it
+            outgoing = self._outgoing[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        outgoing.append(_Pending(request, future, loop))
         return await future
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._queue.put(self._outgoing.pop(loop))
 
     # ------------------------------------------------------------ the database thread
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._release_connection()
+
+    def _serve(self) -> None:
+        carried: list[_Pending] = []  # the part of a list that did not fit the last batch
         while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
+            if carried:
+                batch, carried = carried, []
+                stop = False
+            else:
+                first = self._queue.get()
+                if first is None:
+                    return
+                batch, stop = first, False
+            while len(batch) < MAX_BATCH and not stop:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
@@ -116,9 +147,14 @@ class GroupCommitter:
                 if item is None:
                     stop = True
                     break
-                batch.append(item)
+                batch.extend(item)  # each list is the database thread's once queued
+            if len(batch) > MAX_BATCH:
+                batch, carried = batch[:MAX_BATCH], batch[MAX_BATCH:]
             self._execute(batch)
             if stop:
+                while carried:
+                    batch, carried = carried[:MAX_BATCH], carried[MAX_BATCH:]
+                    self._execute(batch)
                 return
 
     def _execute(self, batch: list[_Pending]) -> None:
@@ -139,8 +175,29 @@ class GroupCommitter:
 
     def _transaction(self, batch: list[_Pending]) -> list[Any]:
         """One transaction for the whole batch; returns only once it is committed."""
-        with self.engine.begin() as conn:
-            return self._apply(conn, batch)
+        conn = self._connection()
+        try:
+            with conn.begin():
+                results = self._apply(conn, batch)
+        except BaseException:
+            # The connection may be broken or its state unknown: the next batch takes another.
+            self._release_connection()
+            raise
+        self._conn_used = time.monotonic()
+        return results
+
+    def _connection(self) -> sa.Connection:
+        if self._conn is not None and time.monotonic() - self._conn_used > HOLD_CONNECTION_SECONDS:
+            self._release_connection()
+        if self._conn is None:
+            self._conn = self.engine.connect()
+        return self._conn
+
+    def _release_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection is discarded all the same
+                conn.close()
 
     def _apply(self, conn: sa.Connection, batch: list[_Pending]) -> list[Any]:
         results: list[Any] = [None] * len(batch)

@@ -32,6 +32,8 @@ from dispatch.worker_report import WorkerReport
 
 log = logging.getLogger("herald.worker")  # the worker's logger: these are the worker's events
 
+PAYLOAD_PRUNED = "payload pruned"  # the outcome text of a claimed job whose payload is gone
+
 
 class JobSender:
     def __init__(
@@ -89,14 +91,20 @@ class JobSender:
                 before_data=True,
             )
             return
-        try:
-            opens = closed_until(job.send_window, self.clock())
-        except UnreadableWindow as exc:
-            await self._finish(job, Outcome(Verdict.FAILED, None, str(exc)), before_data=True)
+        if not job.payload:
+            # Only ``herald prune`` empties a payload, and nothing re-arms a pruned job (D1 and
+            # T9r refuse it): belt and braces, an empty message is never sent.
+            await self._finish(job, Outcome(Verdict.FAILED, None, PAYLOAD_PRUNED), before_data=True)
             return
-        if opens is not None:  # the window closed while the job waited in the backlog
-            await self.windows.hand_back([Deferral(job.lease, opens)])
-            return
+        if job.send_window is not None:  # most jobs have none: no clock read for them
+            try:
+                opens = closed_until(job.send_window, self.clock())
+            except UnreadableWindow as exc:
+                await self._finish(job, Outcome(Verdict.FAILED, None, str(exc)), before_data=True)
+                return
+            if opens is not None:  # the window closed while the job waited in the backlog
+                await self.windows.hand_back([Deferral(job.lease, opens)])
+                return
         envelope = Envelope(
             job_id=job.id,
             key=job.key,
@@ -228,6 +236,8 @@ class JobSender:
         """One line per recorded outcome: a failure, a retry or an in-doubt with its cause
         (the SMTP reply, or what went wrong); a send at debug."""
         event, level, what = _OUTCOME_LINES[completion.target]
+        if not log.isEnabledFor(level):  # a send is a DEBUG line: skip building it per job
+            return
         fields: dict[str, object] = {
             "event": event,
             "campaign": job.campaign,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,6 +61,21 @@ class Throttle(OutboxRequest[dict[int, datetime]]):
             {a.lease[0]: refused[a.lease[0]] for a in r.asks if a.lease[0] in refused}
             for r in batch
         ]
+
+
+# A bare dot-atom address (no display name, comment, quoting or route): the common case, whose
+# domain is read off directly; anything else goes through ``domain_of``'s RFC 5322 parser,
+# which costs about twenty times more and would run for every job claimed.
+_PLAIN_ADDRESS = re.compile(
+    r"[A-Za-z0-9_+-]+(?:\.[A-Za-z0-9_+-]+)*"  # local part: dot-atom
+    r"@([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)"  # domain: labels, no trailing dot
+)
+
+
+def recipient_domain(recipient: str) -> str:
+    """``dispatch.rates.domain_of``, with a fast path for plain addresses (same result)."""
+    plain = _PLAIN_ADDRESS.fullmatch(recipient)
+    return plain.group(1).lower() if plain else domain_of(recipient)
 
 
 def _leases(asks: Sequence[SlotAsk], refused: Mapping[int, datetime]) -> list[tuple[int, int]]:
@@ -121,8 +137,8 @@ class RateGate:
         keys: list[str] = []
         if job.campaign in self._campaigns:
             keys.append(campaign_key(job.campaign))
-        if job.channel == "email":
-            domain = domain_of(job.recipient)
+        if job.channel == "email" and self.domain_rates:
+            domain = recipient_domain(job.recipient)
             if domain in self.domain_rates:
                 keys.append(domain_key(domain))
         return tuple(keys)
@@ -172,7 +188,7 @@ class RateGate:
         """A 421/451/454 from a limited domain slows that domain down (only that one)."""
         if outcome.code not in SLOWDOWN_CODES or job.channel != "email":
             return
-        domain = domain_of(job.recipient)
+        domain = recipient_domain(job.recipient)
         if domain not in self.domain_rates:
             return
         try:

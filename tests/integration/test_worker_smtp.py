@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dispatch.job_send import PAYLOAD_PRUNED
+from dispatch.models import send_job
 from dispatch.states import State, is_valid_path
 from dispatch.store import OutboxStore
 from tests.support.campaign_files import run_worker
@@ -155,3 +158,19 @@ def test_drop_after_the_body_is_in_doubt_and_never_resent(
     again = run_worker(engine, server.host, server.port)
     assert again.claimed == 0
     assert server.seen(job.message_id) == 1
+
+
+def test_a_claimed_job_whose_payload_was_pruned_fails_before_the_relay_is_asked(
+    tmp_path: Path, engine: Engine, server_with: StartServer
+) -> None:
+    server = server_with(lambda key, n: Fault.ACCEPT)
+    launch_one(engine, tmp_path / "c")
+    with engine.begin() as conn:  # what `herald prune` leaves of a payload
+        conn.execute(sa.update(send_job).values(payload=b""))
+    report = run_worker(engine, server.host, server.port)
+    job, path, _ = only_job(engine)
+    assert (report.failed, report.sent) == (1, 0)
+    assert (job.state, job.outcome_text, job.send_attempts) == ("failed", PAYLOAD_PRUNED, 0)
+    assert path[-1] == ("claimed", "failed")
+    assert server.accepted_ids() == []
+    assert server.seen(job.message_id) == 0

@@ -6,9 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from dispatch.commit_requests import Release
 from dispatch.held_leases import HeldLeases
-from dispatch.rate_gate import RateGate, Throttle
+from dispatch.rate_gate import RateGate, Throttle, recipient_domain
+from dispatch.rates import domain_of
 from dispatch.store import ClaimedJob
 from dispatch.worker_report import WorkerReport
 
@@ -60,3 +64,26 @@ def test_a_failed_throttle_sends_none_of_the_asked_and_releases_them() -> None:
     assert [j.id for j in ready] == [2]
     assert committer.released == [(1, 1), (3, 1)]
     assert g.report.released == 2
+
+
+_ATOM = st.text(alphabet="aZ09_+-", min_size=1, max_size=5)
+_LABEL = st.text(alphabet="aZ09-", min_size=1, max_size=5)
+
+
+@given(
+    st.one_of(
+        st.builds(
+            lambda local, labels: ".".join(local) + "@" + ".".join(labels),
+            st.lists(_ATOM, min_size=1, max_size=3),
+            st.lists(_LABEL, min_size=1, max_size=3),
+        ),
+        st.text(alphabet='aZ09_+-.@ <>"(),;:\\é\t', max_size=14),
+    )
+)
+def test_the_fast_domain_of_a_recipient_is_what_the_address_parser_says(recipient: str) -> None:
+    assert recipient_domain(recipient) == domain_of(recipient)
+
+
+def test_display_names_and_trailing_dots_still_go_through_the_parser() -> None:
+    assert recipient_domain("Ann <ann@Slow.Test.>") == "slow.test"
+    assert recipient_domain("ann@SLOW.test") == "slow.test"
