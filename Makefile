@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # processes and windows (clean clone, .ci/run: 2 workers 710 s, 3 workers 622 s, 4 workers 597 s).
 TEST_WORKERS ?= 4
 
-.PHONY: demo test lint chaos soak bench bench-big clean lock
+.PHONY: demo test test-thorough lint chaos soak bench bench-big clean lock
 
 # Exactly the versions (and file hashes) in requirements.lock, then Herald itself without letting
 # pip resolve anything else: what was tested is what is installed.
@@ -45,8 +45,13 @@ lint: $(STAMP)
 	$(BIN)/mypy tests
 	$(BIN)/lint-imports --no-cache  # the layering contracts in pyproject.toml [tool.importlinter]
 
+# make test draws a quarter of each property test's examples (tests/support/examples.py);
+# make test-thorough is the same suite with the full counts.
 test: lint check-browser
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	HERALD_HYPOTHESIS=quick $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+test-thorough: lint check-browser
+	HERALD_HYPOTHESIS=thorough $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The dashboard's browser tests (tests/browser, part of `make test`) drive Debian's Chromium,
 # never a downloaded one. `make browser-tests` runs only them, after checking it is there.

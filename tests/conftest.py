@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 
 from herald.db import create_engine
 from herald.schema import upgrade
+from tests.support.examples import QUICK, QUICK_DEFAULT_EXAMPLES
 from tests.support.pg_cluster import (
     ClusterUnavailable,
     PrivateCluster,
@@ -38,7 +39,12 @@ from tests.support.smtp_server import LedgerSMTPServer
 # fails a correct test on a busy machine) and no "data generation too slow" health check; the
 # settings a test gives itself still apply on top.
 settings.register_profile("herald", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("herald")
+# `make test` draws fewer examples per property test (tests/support/examples.py says how many);
+# `make test-thorough` draws the full counts.
+settings.register_profile(
+    "herald-quick", settings.get_profile("herald"), max_examples=QUICK_DEFAULT_EXAMPLES
+)
+settings.load_profile("herald-quick" if QUICK else "herald")
 
 PG_HOST = os.environ.get("HERALD_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("HERALD_TEST_PG_PORT", "5432"))

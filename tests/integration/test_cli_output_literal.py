@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 from dispatch.states import State
 from dispatch.store import Completion
 from herald.output import LiteralConsole, visible
+from tests.support.examples import examples
 from tests.support.factories import complete, in_doubt, invoke, sending
 
 MARKUP = st.sampled_from(
@@ -67,7 +68,7 @@ def _shown(text: str, output: str) -> None:
 
 
 @given(text=HOSTILE)
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_any_text_prints_literally_even_when_markup_is_asked_for(text: str) -> None:
     buffer = io.StringIO()
     console = LiteralConsole(file=buffer, width=100_000, soft_wrap=True)
@@ -133,7 +134,9 @@ def test_markup_in_addresses_makes_no_traceback(tmp_path: Path, address: str) ->
 
 @given(value=HOSTILE)
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_validate_and_audience_check_show_rows_literally(tmp_path: Path, value: str) -> None:
     """A bad address is quoted as a repr excerpt; a name that breaks a render is shown in the
@@ -170,7 +173,9 @@ def _next_name() -> str:
 @given(reason=HOSTILE)
 @example(reason="550 relay\x00said [/] no")
 @settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(12),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_dead_and_in_doubt_lists_show_server_text_literally(
     engine: Engine, db_url: str, reason: str

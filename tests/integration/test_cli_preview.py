@@ -28,6 +28,7 @@ from herald.app.launch import launch
 from herald.app.preview import preview
 from scheduler.passes import run_pass
 from tests.support.campaign_files import write_campaign
+from tests.support.examples import examples
 from tests.support.factories import invoke
 from tests.support.paths import HERALD
 
@@ -181,7 +182,7 @@ PROPERTY_BODY = """\
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

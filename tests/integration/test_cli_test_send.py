@@ -22,6 +22,7 @@ from herald.app.launch import load
 from herald.app.test_send import compose_tests
 from herald.errors import UsageError
 from tests.support.campaign_files import write_campaign
+from tests.support.examples import examples
 from tests.support.factories import invoke, launch_json
 from tests.support.smtp_server import LedgerSMTPServer, read_ledger_entries
 
@@ -178,7 +179,7 @@ _HEADERS = {
 }  # fmt: skip
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(to=st.one_of(HOSTILE_ADDRESS, PLAUSIBLE_ADDRESS))
 def test_any_to_is_refused_or_becomes_exactly_one_recipient(to: str) -> None:
     try:

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from tests.support.examples import examples
 from tests.support.factories import invoke
 
 # Anything a TOML basic string holds without an escape (no quote, backslash or control).
@@ -67,7 +68,9 @@ def spellings(secret: str) -> set[str]:
 
 
 @settings(
-    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(20),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(secret=SECRETS, in_file=st.booleans())
 def test_no_secret_is_shown(workdir: Path, secret: str, in_file: bool) -> None:

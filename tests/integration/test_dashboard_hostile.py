@@ -27,6 +27,7 @@ from dispatch.models import send_job, suppression
 from dispatch.states import State
 from tests.support.dashboard_client import DashClient
 from tests.support.dashboard_setup import PASSWORD, dashboard_app, keys, launched, set_state
+from tests.support.examples import examples
 from tests.support.html_tree import assert_nothing_injected, parse
 
 ATTACKS = [
@@ -95,7 +96,7 @@ def base(engine: Engine, tmp_path: Path) -> Engine:
 
 
 @settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

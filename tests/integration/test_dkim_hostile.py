@@ -28,10 +28,13 @@ from tests.support.dkim_dns import (
     signature_count,
     verifies,
 )
+from tests.support.examples import examples
 from tests.support.smtp_server import LedgerSMTPServer
 
 KEY = "f" * 64
-PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # Letters from every plane but surrogates; the line breaks and dots are added on purpose.
 LETTERS = st.characters(exclude_categories=["Cs"])

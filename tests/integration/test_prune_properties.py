@@ -16,6 +16,7 @@ from sqlalchemy.engine import Engine
 from dispatch.models import send_event, send_job
 from dispatch.states import State
 from dispatch.store import OutboxStore
+from tests.support.examples import examples
 from tests.support.pruning import journals, rows, run_prune
 
 RETENTION_DAYS = 90
@@ -80,7 +81,7 @@ def _insert(engine: Engine, jobs: list[tuple[State, int, str, int]]) -> set[str]
     return eligible
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(jobs=JOBS, campaign=st.sampled_from([None, "a"]), keep=st.booleans())
 def test_exactly_the_eligible_jobs_are_pruned(
     engine: Engine, jobs: list[tuple[State, int, str, int]], campaign: str | None, keep: bool

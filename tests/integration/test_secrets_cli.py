@@ -15,11 +15,14 @@ from hypothesis import strategies as st
 
 from herald.db import create_engine
 from tests.egress_support.servers import LocalHTTPServer, Reply, SeenRequest
+from tests.support.examples import examples
 from tests.support.factories import invoke
 from tests.support.hostile import HOSTILE, START, leaks
 
 TOKEN_VARIABLE = "HERALD_SECRET_HOOK_TOKEN"
-CLI = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CLI = settings(
+    max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -115,7 +118,7 @@ HEADER_SAFE = st.text(
 ).map(lambda core: f"{START}{core}QjZ")
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(secret=HEADER_SAFE, pad=st.sampled_from([0, 150, 1000, 1010, 1020]))
 def test_a_receiver_echoing_the_token_never_gets_it_stored_or_printed(
     secret: str, pad: int

@@ -36,6 +36,7 @@ from dispatch.states import (
 )
 from herald.db import create_engine
 from herald.schema import upgrade
+from tests.support.examples import examples
 from tests.support.outboxes import Harness, MemoryHarness, SqlHarness, new_job
 
 
@@ -352,7 +353,7 @@ class SqliteOutboxMachine(OutboxMachine):
 
 
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

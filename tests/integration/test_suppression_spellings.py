@@ -23,12 +23,13 @@ from dispatch.models import send_event, send_job, suppression
 from dispatch.outbox.jobs import SUPPRESSED, NewJob
 from dispatch.states import State
 from dispatch.store import OutboxStore
+from tests.support.examples import examples
 from tests.support.spellings import Mailbox, lookalikes, mailboxes, spellings
 
 _serial = itertools.count()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data(), mailbox=mailboxes)
 def test_every_spelling_has_the_identity_and_no_lookalike_does(
     data: st.DataObject, mailbox: Mailbox
@@ -62,7 +63,7 @@ def _job(recipient: str, list_scope: str | None) -> NewJob:
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

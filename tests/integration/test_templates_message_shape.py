@@ -26,6 +26,7 @@ from dispatch.message_date import with_date
 from templates.errors import TemplateError
 from templates.mime import build_message
 from templates.render import RenderedContent
+from tests.support.examples import examples
 from tests.support.factories import invoke
 from tests.support.mail_reading import mailboxes, parse
 from tests.support.smtp_server import LedgerSMTPServer
@@ -94,7 +95,7 @@ def _as_sent(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     subject=hostile_texts,
     recipient_name=st.one_of(st.none(), hostile_texts),

@@ -25,6 +25,7 @@ from herald.serve.app import build_app
 from herald.serve.unsubscribe import is_one_click
 from scheduler.passes import run_pass
 from scheduler.unsubscribe_links import UnsubscribeLinks
+from tests.support.examples import examples
 from tests.support.schedules import write_scheduled
 
 T0 = datetime(2026, 1, 6, 10, 0, tzinfo=UTC)
@@ -81,7 +82,9 @@ ascii_text = st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     mailbox=st.emails(),

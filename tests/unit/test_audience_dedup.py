@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from campaigns.addresses import mailbox_identity, normalise_address
 from campaigns.audience import MailboxDeduper, Recipient
+from tests.support.examples import examples
 from tests.support.factories import invoke
 
 # Spellings of three mailboxes, and one other mailbox that only looks alike.
@@ -29,7 +30,7 @@ SPELLINGS = {
 }
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.sampled_from([(mailbox, s) for mailbox, group in SPELLINGS.items() for s in group]),

@@ -19,6 +19,7 @@ from herald.cli import app
 from herald.config import read
 from herald.config_names import Setting, known_settings
 from herald.errors import ConfigError
+from tests.support.examples import examples
 
 KNOWN: Mapping[str, Setting] = known_settings(typer.main.get_command(app))
 NAMES = sorted({setting.name for setting in KNOWN.values()})
@@ -86,13 +87,13 @@ def check(content: bytes) -> None:
         del os.environ[env]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(DOCUMENTS)
 def test_any_document(document: dict[str, Any]) -> None:
     check("\n".join(toml_lines(document, ())).encode())
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=200))
 def test_any_bytes(content: bytes) -> None:
     check(content)

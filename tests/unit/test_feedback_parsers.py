@@ -17,6 +17,7 @@ from campaigns.feedback_providers import (
 )
 from campaigns.feedback_report import parse_report
 from tests.support import reports
+from tests.support.examples import examples
 
 KEY = "ab" * 32
 VERDICTS = {"hard", "soft", "policy", "delayed", "complaint", "unsubscribe", "none", "unknown"}
@@ -126,7 +127,9 @@ def test_report_text_is_printable_and_bounded() -> None:
 
 # ------------------------------------------------------------------ hostile input, never raises
 
-_fuzz = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_fuzz = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @_fuzz

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from templates.html_to_text import html_to_text, scanner_reads
 from templates.render import StepTemplate
+from tests.support.examples import examples
 from tests.support.paths import EXAMPLES
 
 # --- the previous implementation -----------------------------------------------------------
@@ -241,7 +242,7 @@ def layout_html() -> str:
     return content.html
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents)
 @example("<p>one</p><p>two</p>")
 @example('<a href="https://x.example"><img src="logo.png"></a>')
@@ -250,7 +251,7 @@ def test_same_text_as_the_html_parser_implementation(html: str) -> None:
     assert html_to_text(html) == _reference_html_to_text(html)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_same_text_for_any_string(html: str) -> None:
     assert html_to_text(html) == _reference_html_to_text(html)

@@ -23,6 +23,7 @@ from herald.logs import (
     setup_logging,
 )
 from herald.secrets import known_secrets
+from tests.support.examples import examples
 
 # Any text at all: control characters, line and paragraph separators, quotes, lone surrogates
 # (what ``surrogateescape`` makes of undecodable bytes).
@@ -61,7 +62,7 @@ def raised(message: str) -> BaseException:
         return exc
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(message=HOSTILE, fields=st.dictionaries(NAMES, VALUES, max_size=5), err=HOSTILE)
 def test_a_json_record_is_one_line_of_valid_json_whatever_it_carries(
     message: str, fields: dict[str, object], err: str
@@ -80,7 +81,7 @@ def test_a_json_record_is_one_line_of_valid_json_whatever_it_carries(
     assert parsed["error"].startswith("RuntimeError")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(message=HOSTILE, fields=st.dictionaries(NAMES, VALUES, max_size=5), err=HOSTILE)
 def test_a_text_record_is_one_writable_line_whatever_it_carries(
     message: str, fields: dict[str, object], err: str
@@ -129,7 +130,7 @@ def test_a_traceback_is_never_printed() -> None:
 SECRETS = st.text(string.ascii_letters + string.digits + "!$%&*+-./:;<=>?@^_~", min_size=6)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(secret=SECRETS, before=HOSTILE, after=HOSTILE)
 def test_a_known_secret_never_appears_in_either_format(
     secret: str, before: str, after: str

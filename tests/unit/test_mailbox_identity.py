@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from campaigns.addresses import DOT_ATOM, AddressError, mailbox_identity, normalise_address
+from tests.support.examples import examples
 
 ATEXT = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+/=?^_`{|}~-"
 # Printable ASCII a quoted local part may hold (with '"' and '\\' escaped), and space.
@@ -92,7 +93,7 @@ def _expected_local(local: str) -> str:
     return '"' + lowered.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.data(), st.one_of(dot_atoms, contents), domains())
 def test_every_spelling_of_a_mailbox_has_one_identity(
     data: st.DataObject, local: str, domain: tuple[str, str]
@@ -109,7 +110,7 @@ def test_every_spelling_of_a_mailbox_has_one_identity(
         assert mailbox_identity(f"  {spelling}\t") == identity
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), dot_atoms)
 def test_a_dot_atom_and_its_quoted_and_escaped_spellings_coincide(
     data: st.DataObject, local: str
@@ -121,7 +122,7 @@ def test_a_dot_atom_and_its_quoted_and_escaped_spellings_coincide(
     assert mailbox_identity(f"{data.draw(recased(local))}@y.example") == plain
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), contents, contents)
 def test_different_mailboxes_keep_different_identities(
     data: st.DataObject, first: str, second: str
@@ -132,7 +133,7 @@ def test_different_mailboxes_keep_different_identities(
     assert mailbox_identity(f"{data.draw(quoted(first))}@other.example") != a
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.data(), st.one_of(dot_atoms, contents), st.sampled_from(["\r", "\n", "\x00"]))
 def test_line_breaks_and_nul_in_any_spelling_are_rejected(
     data: st.DataObject, local: str, bad: str

@@ -18,6 +18,7 @@ from dispatch.wallclock import SendWindow
 from herald.app.plan import AudienceZones, chain, due_groups, next_fire_after, upcoming
 from herald.app.simulate import MAX_OCCURRENCES, simulate
 from scheduler.planning import Planner
+from tests.support.examples import examples
 from tests.support.factories import write_yaml
 
 ZONES = [None, "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]
@@ -42,7 +43,7 @@ def windowed(tmp_path_factory: pytest.TempPathFactory) -> LoadedCampaign:
     return load_campaign(write_yaml(tmp_path_factory.mktemp("w"), WINDOWED))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     counts=st.lists(st.integers(0, 50), min_size=len(ZONES), max_size=len(ZONES)),
     offset=st.integers(0, 366 * 24 * 60),

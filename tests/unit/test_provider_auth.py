@@ -20,13 +20,14 @@ from herald.serve.provider_auth import (
     verify_mailgun,
     verify_sendgrid,
 )
+from tests.support.examples import examples
 
 KEY = ec.generate_private_key(ec.SECP256R1()).public_key()
 DER = base64.b64encode(
     KEY.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 ).decode()
 NOW = 1_800_000_000.0
-_fuzz = settings(max_examples=200, deadline=None)
+_fuzz = settings(max_examples=examples(200), deadline=None)
 text = st.text(max_size=80)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=30),

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from dispatch.egress.redact import MASK, Redactor, redact_url, url_secrets
 from herald.errors import ConfigError
 from herald.settings import Settings, parse_database_url, parse_smtp_url
+from tests.support.examples import examples
 from tests.support.hostile import HOSTILE, leaks
 
 
@@ -102,7 +103,7 @@ MALFORMED_DATABASE = [
 ]
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     secret=HOSTILE,
     encode=st.booleans(),
@@ -124,7 +125,7 @@ def test_malformed_smtp_urls_are_config_errors_without_the_password(
     # A raw secret can make a different, valid URL: then nothing is printed at all.
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(
     secret=HOSTILE,
     encode=st.booleans(),

@@ -17,6 +17,7 @@ from campaigns.errors import SpecError
 from campaigns.spec import load_campaign
 from campaigns.spec_time import format_days, format_hours, parse_days
 from dispatch.wallclock import DAY_NAMES, SendWindow
+from tests.support.examples import examples
 
 FULL_NAMES = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 
@@ -69,7 +70,7 @@ yaml_scalar = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(cron=yaml_scalar, zone=yaml_scalar, every=yaml_scalar, start=yaml_scalar)
 def test_any_schedule_text_gives_a_spec_error_or_a_spec(
     folder: Path, cron: Any, zone: Any, every: Any, start: Any
@@ -80,7 +81,7 @@ def test_any_schedule_text_gives_a_spec_error_or_a_spec(
     _load_or_spec_error(folder, _campaign(timezone=zone, start_at=start))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(days=yaml_scalar, hours=yaml_scalar, zone=yaml_scalar)
 def test_any_window_text_gives_a_spec_error_or_a_spec(
     folder: Path, days: Any, hours: Any, zone: Any
@@ -91,7 +92,7 @@ def test_any_window_text_gives_a_spec_error_or_a_spec(
         assert spec.send_window.window("UTC").describe()  # any accepted window is usable
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(at=yaml_scalar, on=yaml_scalar, zone=yaml_scalar)
 def test_any_step_timing_gives_a_spec_error_or_a_spec(
     folder: Path, at: Any, on: Any, zone: Any
@@ -128,7 +129,7 @@ def windows(draw: st.DrawFn) -> tuple[frozenset[int], int, int, str | list[str]]
     return days, start, end, draw(written_days(days))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(window=windows(), zone=st.sampled_from(["UTC", "Europe/Berlin", "Australia/Lord_Howe"]))
 def test_valid_windows_round_trip(
     folder: Path, window: tuple[frozenset[int], int, int, str | list[str]], zone: str
@@ -152,7 +153,7 @@ def test_format_days_is_read_back(days: frozenset[int]) -> None:
     assert parse_days(format_days(days)) == days
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(hour=st.integers(0, 23), minute=st.integers(0, 59), on=day_sets)
 def test_valid_step_times_round_trip(
     folder: Path, hour: int, minute: int, on: frozenset[int]

@@ -22,6 +22,7 @@ from rich.cells import cell_len
 from herald.cli.status_screen import render
 from herald.cli.status_view import status_lines
 from herald.output import _INVISIBLE, LiteralConsole, visible
+from tests.support.examples import examples
 
 SNAPSHOTS = Path(__file__).parent.parent / "snapshots"
 UPDATE = os.environ.get("HERALD_UPDATE_SNAPSHOTS") == "1"
@@ -279,7 +280,7 @@ def squeezed(text: str) -> str:
     return "".join(text.split())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=hostile_snapshots(), width=st.integers(20, 200))
 def test_hostile_names_fit_any_width_literally(data: dict[str, Any], width: int) -> None:
     buffer = io.StringIO()
@@ -304,7 +305,7 @@ def test_hostile_names_fit_any_width_literally(data: dict[str, Any], width: int)
             assert shown in flat or "…" in flat
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(data=hostile_snapshots())
 def test_piped_every_step_name_is_whole(data: dict[str, Any]) -> None:
     lines = [line.plain for line in status_lines(copy.deepcopy(data), None)]

@@ -29,6 +29,7 @@ from dispatch.message_date import with_date
 from templates.errors import TemplateError
 from templates.mime import PLAIN_ADDR_SPEC, RFC5322_SPECIALS, build_message
 from templates.render import RenderedContent, contains_line_break
+from tests.support.examples import examples
 from tests.support.mail_reading import mailboxes
 
 MESSAGE_ID = "<0123456789abcdef0123456789abcdef@news.example.com>"
@@ -575,7 +576,7 @@ def _header_lines(raw: bytes, name: str) -> list[bytes]:
     return field.split(b"\r\n")
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(600), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(arguments)
 @example({**BASE_ARGUMENTS, "extra_headers": None})
 @example(

@@ -17,6 +17,7 @@ from scheduler.timing import (
     default_max_age,
     due_after,
 )
+from tests.support.examples import examples
 
 HOUR = timedelta(hours=1)
 
@@ -156,7 +157,7 @@ def test_nothing_due_decides_nothing() -> None:
     assert apply_catch_up("latest", [], utc("2026-03-02"), max_age=HOUR) == CatchUpDecision()
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.sampled_from(["latest", "all", "none"]),
     st.lists(st.integers(0, 72 * 60), max_size=40, unique=True),

@@ -19,6 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from scheduler.timing import Trigger, cron_fires
+from tests.support.examples import examples
 
 # Zones with DST forward and back, 30- and 45-minute offsets, a 30-minute shift (Lord Howe), a
 # 2-hour shift (Troll), a negative "DST" (Dublin), southern hemisphere, and none at all.
@@ -194,7 +195,7 @@ def oracle(expr: Expected, tz: ZoneInfo, after: datetime, until: datetime) -> li
     return sorted(f for f in fires if after < f <= until)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(expressions(), windows())
 def test_cron_fires_equals_the_brute_force_oracle(
     expr: Expected, window: tuple[ZoneInfo, datetime, datetime]
@@ -203,7 +204,7 @@ def test_cron_fires_equals_the_brute_force_oracle(
     assert cron_fires(expr.text, tz, after, until) == oracle(expr, tz, after, until)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(expressions(), windows(), st.floats(0, 1))
 def test_fires_strictly_increase_and_split_windows_add_up(
     expr: Expected, window: tuple[ZoneInfo, datetime, datetime], cut: float

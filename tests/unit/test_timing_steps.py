@@ -18,6 +18,7 @@ from scheduler.timing import (
     plan_chain,
     plan_step,
 )
+from tests.support.examples import examples
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -284,7 +285,7 @@ def test_plan_chain_follows_the_planned_times() -> None:
 ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata", "UTC"]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     anchor=st.datetimes(datetime(2025, 1, 1), datetime(2028, 1, 1), timezones=st.just(UTC)),
     after_minutes=st.integers(0, 10 * 24 * 60),

@@ -29,6 +29,7 @@ from herald.errors import ConfigError
 from scheduler.check import check_campaign
 from scheduler.compose import compile_steps, compose_job
 from scheduler.unsubscribe_links import UnsubscribeLinks
+from tests.support.examples import examples
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 KEYS = SigningKeys.parse("k2:new-secret-0123456789,k1:old-secret-0123456789")
@@ -184,7 +185,7 @@ def test_warning_for_marketing_campaigns_without_settings(tmp_path: Path) -> Non
 texts = st.text(st.characters(exclude_characters="\x1f", exclude_categories=["Cs"]), max_size=60)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     mailbox=texts,
     scope=texts,
@@ -210,7 +211,7 @@ def test_any_altered_character_is_refused_or_reads_the_same_claim(
     assert (claim.mailbox, claim.scope, claim.campaign) == (mailbox, scope, campaign)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(mailbox=texts, forged_mailbox=texts)
 def test_a_claim_signed_with_another_key_or_spliced_is_refused(
     mailbox: str, forged_mailbox: str
@@ -227,7 +228,7 @@ def test_a_claim_signed_with_another_key_or_spliced_is_refused(
             read_unsubscribe_token(KEYS, spliced)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=300))
 def test_arbitrary_text_is_refused_cleanly(text: str) -> None:
     with contextlib.suppress(BadToken):

@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dispatch.wallclock import SendWindow
+from tests.support.examples import examples
 
 WEEKDAYS = frozenset(range(5))
 EVERY_DAY = frozenset(range(7))
@@ -177,7 +178,7 @@ def open_windows(draw: st.DrawFn) -> SendWindow:
     return SendWindow(days, start, end, zone)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(window_=open_windows(), at=instants)
 # An opening wholly inside a forward jump (Berlin's 02:00-03:00 on 29 March 2026), and the
 # day Samoa skipped (Friday 30 December 2011 never happened in Pacific/Apia).
