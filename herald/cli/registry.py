@@ -100,7 +100,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "config",
         "Every effective setting, its value (secrets masked) and where it came from.",
     ),
-    "prune": ("prune", "Drop the messages of old sent, failed and cancelled jobs; keep their keys."),
+    "prune": (
+        "prune",
+        "Drop the messages of old sent, failed and cancelled jobs; keep their keys.",
+    ),
     "in-doubt": ("operator", "Messages that may or may not have been delivered."),
     "dead": ("operator", "Messages that failed for good (dead letters)."),
     "suppress": (
