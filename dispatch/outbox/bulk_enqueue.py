@@ -69,10 +69,13 @@ _STAGED: Final = (
 )
 _COPIED: Final = tuple(name for name, _ in _STAGED[1:])
 
+# Created only when missing, in a DO block: ``CREATE … IF NOT EXISTS`` would send a NOTICE to
+# the client for every batch after the first.
 _CREATE: Final = (
-    f"CREATE TEMP TABLE IF NOT EXISTS {STAGE} ("
+    f"DO $$ BEGIN IF to_regclass('pg_temp.{STAGE}') IS NULL THEN "
+    f"CREATE TEMP TABLE {STAGE} ("
     + ", ".join(f"{name} {type_}" for name, type_ in _STAGED)
-    + ") ON COMMIT DELETE ROWS"
+    + ") ON COMMIT DELETE ROWS; END IF; END $$"
 )
 _EMPTY: Final = f"DELETE FROM {STAGE}"  # noqa: S608
 _COPY: Final = f"COPY {STAGE} ({', '.join(n for n, _ in _STAGED)}) FROM STDIN (FORMAT BINARY)"
