@@ -62,7 +62,6 @@ class LaunchFigures:
     cpu_seconds: float | None = None
     backend_cpu_seconds: float | None = None
     peak_rss_bytes: int | None = None  # the launching process's peak resident set
-    children_peak_rss_bytes: int | None = None  # the largest child's (0: none started)
 
     @property
     def cpu_us_per_message(self) -> tuple[float | None, float | None]:
@@ -135,7 +134,6 @@ def measure_launch(url: str, path: Path, recipients: int, *, traced: bool = Fals
         cpu_seconds=figures.get("cpu"),
         backend_cpu_seconds=figures.get("backend_cpu"),
         peak_rss_bytes=figures.get("peak_rss"),
-        children_peak_rss_bytes=figures.get("children_peak_rss"),
     )
 
 
@@ -190,11 +188,6 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _children_peak_rss() -> int:
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
 def _child(url: str, path: Path, traced: bool) -> dict[str, float | int | None]:
     before, reset = _rss_window()
     if traced:
@@ -218,7 +211,6 @@ def _child(url: str, path: Path, traced: bool) -> dict[str, float | int | None]:
         "cpu": cpu_used,
         "backend_cpu": cpu.get("backend"),
         "peak_rss": peak,
-        "children_peak_rss": _children_peak_rss(),
     }
 
 
