@@ -27,12 +27,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench.cpu import backend_cpu_seconds
+from bench.databases import postgres_database
 from herald.app.launch import launch as launch_campaign
 from herald.db import create_engine
 
 LAUNCH_AT = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 REPO = Path(__file__).resolve().parent.parent
 CHILD_TIMEOUT_SECONDS = 900
+# Plus this much per recipient: a 1,000,000-recipient launch (``make bench-big``) on a loaded
+# 2-core machine takes far longer than the default run's sizes.
+CHILD_TIMEOUT_PER_RECIPIENT = 0.005
 
 CAMPAIGN = """\
 name: {name}
@@ -51,6 +56,21 @@ class LaunchFigures:
     seconds: float
     rss_growth_bytes: int  # peak RSS during the launch minus peak RSS before it
     traced_peak_bytes: int | None  # tracemalloc peak, when traced (then ``seconds`` is inflated)
+    # CPU seconds of the launching process and the processes it started (a render pool), and
+    # of the PostgreSQL backends serving it (None on SQLite or when /proc is unreadable): on a
+    # shared machine these move much less than ``seconds``.
+    cpu_seconds: float | None = None
+    backend_cpu_seconds: float | None = None
+    peak_rss_bytes: int | None = None  # the launching process's peak resident set
+
+    @property
+    def cpu_us_per_message(self) -> tuple[float | None, float | None]:
+        """(process + children, PostgreSQL backends) CPU microseconds per message."""
+
+        def per(seconds: float | None) -> float | None:
+            return None if seconds is None else seconds / self.recipients * 1e6
+
+        return per(self.cpu_seconds), per(self.backend_cpu_seconds)
 
     @property
     def messages_per_second(self) -> float:
@@ -69,11 +89,20 @@ def write_campaign(folder: Path, recipients: int, name: str) -> Path:
     return path
 
 
-def launch(url: str, path: Path) -> int:
-    """check → register → fan-out; returns the number of new jobs."""
+def launch(url: str, path: Path, cpu: dict[str, float | None] | None = None) -> int:
+    """check → register → fan-out; returns the number of new jobs. ``cpu`` receives the
+    PostgreSQL backends' CPU seconds (``backend``), read while their connections are open."""
+    database = postgres_database(url)
+    before = (backend_cpu_seconds(database) or {}) if database else None
     engine = create_engine(url)
     try:
-        return launch_campaign(engine, path, clock=lambda: LAUNCH_AT, actor="bench").fanout.new_jobs
+        created = launch_campaign(engine, path, clock=lambda: LAUNCH_AT, actor="bench")
+        if cpu is not None and before is not None and database is not None:
+            after = backend_cpu_seconds(database)
+            cpu["backend"] = (
+                None if after is None else sum(t - before.get(pid, 0.0) for pid, t in after.items())
+            )
+        return created.fanout.new_jobs
     finally:
         engine.dispose()
 
@@ -88,7 +117,7 @@ def measure_launch(url: str, path: Path, recipients: int, *, traced: bool = Fals
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=CHILD_TIMEOUT_SECONDS,
+        timeout=CHILD_TIMEOUT_SECONDS + recipients * CHILD_TIMEOUT_PER_RECIPIENT,
         check=False,
     )
     if done.returncode != 0:
@@ -102,6 +131,9 @@ def measure_launch(url: str, path: Path, recipients: int, *, traced: bool = Fals
         seconds=figures["seconds"],
         rss_growth_bytes=figures["rss_growth"],
         traced_peak_bytes=figures["traced_peak"],
+        cpu_seconds=figures.get("cpu"),
+        backend_cpu_seconds=figures.get("backend_cpu"),
+        peak_rss_bytes=figures.get("peak_rss"),
     )
 
 
@@ -149,22 +181,36 @@ def _peak_since(reset: bool) -> int:
     return peak if peak is not None else _ru_maxrss_bytes()
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU and that of its waited-for children (a render pool's workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _child(url: str, path: Path, traced: bool) -> dict[str, float | int | None]:
     before, reset = _rss_window()
     if traced:
         tracemalloc.start()
+    cpu: dict[str, float | None] = {}
+    cpu_before = _cpu_seconds()
     started = time.perf_counter()
-    created = launch(url, path)
+    created = launch(url, path, cpu)
     seconds = time.perf_counter() - started
+    cpu_used = _cpu_seconds() - cpu_before
     traced_peak = None
     if traced:
         _, traced_peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
+    peak = _peak_since(reset)
     return {
         "created": created,
         "seconds": seconds,
-        "rss_growth": _peak_since(reset) - before,
+        "rss_growth": peak - before,
         "traced_peak": traced_peak,
+        "cpu": cpu_used,
+        "backend_cpu": cpu.get("backend"),
+        "peak_rss": peak,
     }
 
 

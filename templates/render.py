@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from jinja2 import Template, meta
 from jinja2.exceptions import TemplateNotFound, TemplateSyntaxError
@@ -146,14 +147,24 @@ class StepTemplate:
         return render_guarded(template, variables, what=part, loader=self._loader)
 
 
+def _flat_globals(environment: _HeraldSandbox) -> dict[str, Any]:
+    """The environment's globals as one plain dict, for a template's own globals.
+
+    Jinja gives a template a ChainMap over the environment's globals, and copies it into a new
+    dict on every render (``new_context``), item by item in Python: 7% of composing a message
+    at fan-out. A plain dict is copied in C. The sandbox sets its globals when the environment
+    is made, before anything compiles, so the snapshot misses nothing.
+    """
+    return dict(environment.globals)
+
+
 def _compile_inline(environment: _HeraldSandbox, part: str, source: str) -> Template:
     """Compile template text given inline; ``part`` names it in errors (subject, body.x…)."""
     name = inline_name(part)
     try:
         code = environment.compile(source, name=name, filename=name)
-        compiled = environment.template_class.from_code(
-            environment, code, environment.make_globals(None)
-        )
+        globals_ = _flat_globals(environment)
+        compiled = environment.template_class.from_code(environment, code, globals_)
     except TemplateSyntaxError as exc:
         raise TemplateError(f"syntax error in {part}: {exc.message}", line=exc.lineno) from exc
     _load_references(environment, source, seen=set())
@@ -172,6 +183,7 @@ def _compile_file(environment: _HeraldSandbox, loader: _HeraldLoader, name: str)
         raise TemplateError(f"template file not found: {loader.describe(name)}") from exc
     except TemplateSyntaxError as exc:
         raise syntax_error(exc, loader) from exc
+    compiled.globals = _flat_globals(environment)
     source, _, _ = loader.get_source(environment, name)
     _load_references(environment, source, seen={name})
     return compiled

@@ -8,13 +8,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbtypes import UtcTimestamp, db_now, db_now_plus, seconds
+from dbtypes import db_now, db_now_plus, seconds
 from dispatch.models import send_job
+from dispatch.outbox import bulk_enqueue
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.jobs import ClaimedJob, Lease, NewJob, payload_hash
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
-from dispatch.states import LEASED, State, T, performs
+from dispatch.states import LEASED, T, performs
 
 KEYS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
 
@@ -36,6 +37,9 @@ class ClaimOps(SqlBase):
         """
         if not jobs:
             return 0
+        if bulk_enqueue.usable(conn):
+            # PostgreSQL: COPY into a staging table, one INSERT … SELECT with its journal.
+            return bulk_enqueue.copy_enqueue(conn, jobs, replace_pending=replace_pending)
         values = [
             {
                 "key": job.key,
@@ -70,40 +74,7 @@ class ClaimOps(SqlBase):
         stmt = self.forms.insert(send_job).on_conflict_do_nothing().returning(J.id)
         inserted = [row.id for row in conn.execute(stmt, values)]
         if replace_pending and len(inserted) < len(values):
-            # Only rows nobody has claimed yet take the new version's payload; anything
-            # claimed or beyond keeps what it had (a sent key stays sent). Not a transition:
-            # the state stays pending.
-            conn.execute(
-                sa.update(send_job)
-                .where(
-                    J.key == sa.bindparam("b_key"),
-                    J.recipient == sa.bindparam("b_recipient"),
-                    J.state == State.PENDING.value,
-                    J.payload_hash != sa.bindparam("b_hash"),
-                )
-                .values(
-                    payload=sa.bindparam("b_payload"),
-                    payload_hash=sa.bindparam("b_hash"),
-                    not_before=sa.bindparam("b_not_before", type_=UtcTimestamp()),
-                    send_window=sa.bindparam("b_window"),
-                    list_scope=sa.bindparam("b_scope"),
-                    max_send_attempts=sa.bindparam("b_max"),
-                    updated_at=db_now(),
-                ),
-                [
-                    {
-                        "b_key": v["key"],
-                        "b_recipient": v["recipient"],
-                        "b_hash": v["payload_hash"],
-                        "b_payload": v["payload"],
-                        "b_not_before": v["not_before"],
-                        "b_window": v["send_window"],
-                        "b_scope": v["list_scope"],
-                        "b_max": v["max_send_attempts"],
-                    }
-                    for v in values
-                ],
-            )
+            bulk_enqueue.replace_each(conn, jobs)
         journal(conn, T.ENQUEUE, [(job_id, 0, None) for job_id in inserted], "scheduler")
         return len(inserted)
 

@@ -1,0 +1,204 @@
+"""Enqueue (T1) on PostgreSQL through COPY: a batch of new jobs in three statements.
+
+The portable enqueue (``ClaimOps.enqueue``) sends a batch as multi-row ``INSERT … VALUES``
+statements; at fan-out sizes most of its time went into building and parsing those long
+statements (psycopg re-parses every one: they are too long for its statement cache), not into
+PostgreSQL. Here the batch is streamed with binary ``COPY`` into a temporary staging table, and
+one statement moves it into ``send_job`` and writes the journal:
+
+    WITH new AS (INSERT INTO send_job … SELECT … FROM stage ORDER BY seq
+                 ON CONFLICT DO NOTHING RETURNING id)
+    INSERT INTO send_event … SELECT … FROM new
+
+The semantics are the portable path's, statement for statement:
+
+- no conflict target, so either UNIQUE index (key; campaign/step/occurrence/mailbox) makes a
+  row a no-op, and rows go in in the batch's order (``ORDER BY seq``): of several spellings of
+  one mailbox in a batch, the first keeps the job, as with the multi-row INSERT;
+- one T1 journal row per new job (token 0, from NULL, actor ``scheduler``), in the same
+  transaction, at the transaction's time, exactly the rows ``sqlcore.journal`` writes;
+- ``replace_pending`` is one ``UPDATE … FROM stage``, equal to the portable per-row UPDATE when
+  each (key, recipient) pair occurs once in the batch; a batch repeating a pair (an audience
+  listing one address twice with different data) takes the per-row UPDATE, whose outcome
+  depends on the order of the repeats.
+
+The staging table is per session (``TEMP``) and created inside the caller's transaction if
+missing, so it also works through a transaction-mode pooler: whichever server connection runs
+the transaction has it by then. ``ON COMMIT DELETE ROWS`` empties it at commit, and each call
+empties it after use too, since a new campaign version enqueues many batches in one
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import sqlalchemy as sa
+
+from dbtypes import UtcTimestamp, db_now
+from dispatch.models import send_job
+from dispatch.outbox.jobs import NewJob, payload_hash
+from dispatch.states import State, T
+
+J = send_job.c
+
+STAGE: Final = "herald_enqueue_stage"
+
+# (column, PostgreSQL type) of the staging table, in COPY order; ``seq`` is the batch order.
+_STAGED: Final = (
+    ("seq", "bigint"),
+    ("key", "text"),
+    ("key_tuple", "text"),
+    ("campaign", "text"),
+    ("step", "text"),
+    ("occurrence_at", "timestamptz"),
+    ("channel", "text"),
+    ("sender", "text"),
+    ("recipient", "text"),
+    ("mailbox", "text"),
+    ("message_id", "text"),
+    ("payload", "bytea"),
+    ("payload_hash", "text"),
+    ("not_before", "timestamptz"),
+    ("send_window", "text"),
+    ("list_scope", "text"),
+    ("max_claims", "integer"),
+    ("max_send_attempts", "integer"),
+    ("in_doubt_policy", "text"),
+)
+_COPIED: Final = tuple(name for name, _ in _STAGED[1:])
+
+# Created only when missing, in a DO block: ``CREATE … IF NOT EXISTS`` would send a NOTICE to
+# the client for every batch after the first.
+_CREATE: Final = (
+    f"DO $$ BEGIN IF to_regclass('pg_temp.{STAGE}') IS NULL THEN "
+    f"CREATE TEMP TABLE {STAGE} ("
+    + ", ".join(f"{name} {type_}" for name, type_ in _STAGED)
+    + ") ON COMMIT DELETE ROWS; END IF; END $$"
+)
+_EMPTY: Final = f"DELETE FROM {STAGE}"  # noqa: S608
+_COPY: Final = f"COPY {STAGE} ({', '.join(n for n, _ in _STAGED)}) FROM STDIN (FORMAT BINARY)"
+
+# The columns a new job starts with that do not come from the NewJob (ClaimOps.enqueue's too).
+_START: Final = {
+    "state": f"'{T.ENQUEUE.target.value}'",
+    "claims": "0",
+    "send_attempts": "0",
+    "lease_token": "0",
+}
+# Built from this module's constants only (no value is ever spliced in): S608 does not apply.
+_INSERT: Final = (
+    f"WITH new AS (INSERT INTO send_job ({', '.join(_COPIED + tuple(_START))}) "  # noqa: S608
+    f"SELECT {', '.join(_COPIED + tuple(_START.values()))} FROM {STAGE} ORDER BY seq "
+    "ON CONFLICT DO NOTHING RETURNING id), "
+    "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, detail) "
+    f"SELECT id, 0, NULL, '{T.ENQUEUE.target.value}', now(), 'scheduler', NULL "
+    "FROM new ORDER BY id) "
+    "SELECT count(*) FROM new"
+)
+_REPLACE: Final = (
+    f"UPDATE send_job AS j SET payload = s.payload, payload_hash = s.payload_hash, "  # noqa: S608
+    "not_before = s.not_before, send_window = s.send_window, list_scope = s.list_scope, "
+    "max_send_attempts = s.max_send_attempts, updated_at = now() "
+    f"FROM {STAGE} AS s WHERE j.key = s.key AND j.recipient = s.recipient "
+    f"AND j.state = '{State.PENDING.value}' AND j.payload_hash <> s.payload_hash"
+)
+
+
+def usable(conn: sa.Connection) -> bool:
+    """Whether this connection can COPY: PostgreSQL through psycopg 3."""
+    return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
+
+
+def copy_enqueue(
+    conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool = False
+) -> int:
+    """Insert ``jobs`` that do not exist yet and journal them (T1); returns how many were new.
+
+    Same contract as ``ClaimOps.enqueue``, which calls it on PostgreSQL. Runs in the caller's
+    transaction.
+    """
+    if not jobs:
+        return 0
+    raw: Any = conn.connection.driver_connection
+    with raw.cursor() as cursor:
+        cursor.execute(_CREATE)
+        with cursor.copy(_COPY) as copy:
+            copy.set_types([type_ for _, type_ in _STAGED])
+            for seq, job in enumerate(jobs):
+                copy.write_row(
+                    (
+                        seq,
+                        job.key,
+                        job.key_tuple,
+                        job.campaign,
+                        job.step,
+                        job.occurrence_at,
+                        job.channel,
+                        job.sender,
+                        job.recipient,
+                        job.mailbox_identity,
+                        job.message_id,
+                        job.payload,
+                        payload_hash(job.payload),
+                        job.not_before,
+                        job.send_window,
+                        job.list_scope,
+                        job.max_claims,
+                        job.max_send_attempts,
+                        job.in_doubt_policy,
+                    )
+                )
+        cursor.execute(_INSERT)
+        created = int(cursor.fetchone()[0])
+        if replace_pending and created < len(jobs):
+            if _pairs_unique(jobs):
+                cursor.execute(_REPLACE)
+            else:
+                replace_each(conn, jobs)
+        cursor.execute(_EMPTY)
+    return created
+
+
+def _pairs_unique(jobs: Sequence[NewJob]) -> bool:
+    return len({(job.key, job.recipient) for job in jobs}) == len(jobs)
+
+
+def replace_each(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
+    """``replace_pending``, one UPDATE per job in batch order (an executemany).
+
+    Only rows nobody has claimed yet take the new version's payload; anything claimed or beyond
+    keeps what it had (a sent key stays sent). Not a transition: the state stays pending.
+    """
+    conn.execute(
+        sa.update(send_job)
+        .where(
+            J.key == sa.bindparam("b_key"),
+            J.recipient == sa.bindparam("b_recipient"),
+            J.state == State.PENDING.value,
+            J.payload_hash != sa.bindparam("b_hash"),
+        )
+        .values(
+            payload=sa.bindparam("b_payload"),
+            payload_hash=sa.bindparam("b_hash"),
+            not_before=sa.bindparam("b_not_before", type_=UtcTimestamp()),
+            send_window=sa.bindparam("b_window"),
+            list_scope=sa.bindparam("b_scope"),
+            max_send_attempts=sa.bindparam("b_max"),
+            updated_at=db_now(),
+        ),
+        [
+            {
+                "b_key": job.key,
+                "b_recipient": job.recipient,
+                "b_hash": payload_hash(job.payload),
+                "b_payload": job.payload,
+                "b_not_before": job.not_before,
+                "b_window": job.send_window,
+                "b_scope": job.list_scope,
+                "b_max": job.max_send_attempts,
+            }
+            for job in jobs
+        ],
+    )
