@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from dispatch.backoff import BASE_DELAY
 from dispatch.rates import DEFAULT_DOMAIN_RATES, parse_rate
 
-
 # Recovery's test is strict (expired more than the grace ago): a pass timed to the instant
 # would find nothing by a hair and wait a floor more.
 RECOVERY_MARGIN_SECONDS = 0.05

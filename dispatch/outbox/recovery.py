@@ -132,7 +132,9 @@ class RecoveryOps(SqlBase):
         ix_send_job_state_lease (migration 0007) covers the query even under a generic plan;
         it then reads the lowest ``lease_expires_at`` of each leased state from the index.
         """
-        leased = sa.bindparam("leased", sorted(s.value for s in LEASED), literal_execute=True)
+        leased: sa.BindParameter[list[str]] = sa.bindparam(
+            "leased", sorted(s.value for s in LEASED), literal_execute=True
+        )
         row = conn.execute(
             sa.select(sa.func.min(J.lease_expires_at), db_now()).where(J.state.in_(leased))
         ).one()
