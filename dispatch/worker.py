@@ -95,6 +95,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._backlog: deque[ClaimedJob] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
+        # When a claim last came back empty: claims pause for poll_interval after one, unless
+        # recovery has since put jobs back (then they are claimed at once).
+        self._dry_since: float | None = None
+        self._next_recovery_in = self.config.recovery_interval
         self.leases = HeldLeases(self.config.lease_seconds)
         self.windows = WindowGate(self._outbox, self.leases, self.report)
         self.rates = RateGate(self.committer, self.leases, self.report, self.config.domain_rates)
@@ -185,18 +189,17 @@ class Worker:
     async def _dispatch_loop(self) -> None:
         cfg = self.config
         prefetch = cfg.concurrency * 2
-        dry_since: float | None = None  # when a claim last came back empty
         while not self.stopping:
             room = prefetch - len(self._backlog) - len(self._inflight)
             worth_claiming = room > 0 and (not self._backlog or room >= cfg.concurrency // 2)
-            recently_dry = dry_since is not None and (
-                time.monotonic() - dry_since < cfg.poll_interval
+            recently_dry = self._dry_since is not None and (
+                time.monotonic() - self._dry_since < cfg.poll_interval
             )
             claimed = 0
             # While the relay is known down, claiming would only hand jobs straight back.
             if worth_claiming and not recently_dry and not self.relay.holding():
                 claimed = len(await self._claim(room))
-                dry_since = None if claimed else time.monotonic()
+                self._dry_since = None if claimed else time.monotonic()
             while self._backlog and len(self._inflight) < cfg.concurrency:
                 task = asyncio.create_task(self.sender.send(self._backlog.popleft()))
                 self._inflight.add(task)
@@ -294,11 +297,14 @@ class Worker:
             self.leases.renew(leases, alive, sent_at)
 
     async def _recovery_loop(self) -> None:
+        # Each pass is timed to the earliest lease the previous one saw held: a dead worker's
+        # claims are taken back at their expiry plus the grace, not up to an interval later.
         while True:
-            await asyncio.sleep(self.config.recovery_interval)
+            await asyncio.sleep(self._next_recovery_in)
             await self._recover()
 
     async def _recover(self) -> None:
+        self._next_recovery_in = self.config.recovery_interval
         try:
             report = await self.outbox.recover(self.config.recovery_grace_seconds)
         except Exception as exc:
@@ -308,6 +314,11 @@ class Worker:
                 extra={"event": "recovery_failed", "worker": self.config.owner},
             )
             return
+        self._next_recovery_in = self.config.next_recovery_in(report.next_expiry_in)
+        if report.released or report.resent:
+            # Jobs are pending again: claim them now, not after the idle poll.
+            self._dry_since = None
+            self._wake.set()
         self.observer.on_recovery(report)
         self.report.recovered += report.released + report.in_doubt + report.dead
         if report.released or report.in_doubt or report.dead:

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from dispatch.backoff import BASE_DELAY
 from dispatch.rates import DEFAULT_DOMAIN_RATES, parse_rate
 
+# Recovery's test is strict (expired more than the grace ago): a pass timed to the instant
+# would find nothing by a hair and wait a floor more.
+RECOVERY_MARGIN_SECONDS = 0.05
+RECOVERY_FLOOR_SECONDS = 0.2
+
 
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -23,7 +28,13 @@ class WorkerConfig:
     # T4 needs this much lease left, so a send never starts on a lease about to lapse.
     t4_margin_seconds: float = 10.0
     poll_interval: float = 1.0  # seconds between claims when the queue is empty
+    # The longest wait between recovery passes; a pass is due sooner when a lease it saw held
+    # expires sooner (next_recovery_in).
     recovery_interval: float = 5.0
+    # Recovery takes a lease only this long after it expired on the database clock: room for a
+    # live but slow holder (a heartbeat or T4 already sent, waiting in its committer's batch or
+    # on a row lock; PostgreSQL's now() is its transaction's start) before its claims are taken
+    # and counted against it (max_claims → poison). docs/design.md §5.
     recovery_grace_seconds: float = 2.0
     shutdown_grace_seconds: float = 30.0
     retry_base_seconds: float = BASE_DELAY
@@ -40,3 +51,16 @@ class WorkerConfig:
     @property
     def heartbeat_interval(self) -> float:
         return self.lease_seconds / 3
+
+    def next_recovery_in(self, next_expiry_in: float | None) -> float:
+        """Seconds until the next recovery pass, given how long (database clock) until the
+        earliest lease the last pass saw held expires (None: none was held).
+
+        At that expiry plus the grace the lease becomes recoverable, so the pass is due then,
+        never later than ``recovery_interval`` and never sooner than RECOVERY_FLOOR_SECONDS (a
+        lease already past its grace, or a clock oddity, must not make the loop spin).
+        """
+        if next_expiry_in is None:
+            return self.recovery_interval
+        due = next_expiry_in + self.recovery_grace_seconds + RECOVERY_MARGIN_SECONDS
+        return min(self.recovery_interval, max(RECOVERY_FLOOR_SECONDS, due))

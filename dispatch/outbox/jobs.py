@@ -151,6 +151,9 @@ class RecoveryReport:
     dead: int = 0  # category 3: exhausted -> failed
     resent: int = 0  # in_doubt jobs whose channel policy allows an automatic resend
     details: list[tuple[int, str, str]] = field(default_factory=list)  # (job id, to, why)
+    # Seconds (database clock) until the earliest lease still held expires, None when none is:
+    # the worker schedules its next pass at that plus the grace (dispatch.recovery_schedule).
+    next_expiry_in: float | None = None
 
 
 def payload_hash(payload: bytes) -> str:

@@ -112,6 +112,7 @@ class MemoryOutbox(MemoryRateOps, MemoryWorkerOps, MemoryRelayOps):
             ):
                 self._move(conn, j, T.POLICY_RESEND, actor, POLICY_RESEND, resolution=POLICY_RESEND)
                 report.resent += 1
+        report.next_expiry_in = self.next_expiry_in(conn)
         return report
 
     # ------------------------------------------------------------ operators

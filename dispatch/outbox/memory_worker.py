@@ -291,3 +291,12 @@ class MemoryWorkerOps(MemoryBase):
 
     def lease_rows(self, conn: MemoryTx, leases: Sequence[Lease]) -> dict[int, LeaseRow]:
         return {j.id: LeaseRow(j.state, j.send_started_at) for j in self._leased(conn, leases)}
+
+    def next_expiry_in(self, conn: MemoryTx) -> float | None:
+        """As ``RecoveryOps.next_expiry_in``: seconds until the earliest held lease expires."""
+        held = [
+            j.lease_expires_at
+            for j in conn.data.jobs.values()
+            if State(j.state) in LEASED and j.lease_expires_at is not None
+        ]
+        return (min(held) - conn.clock()).total_seconds() if held else None

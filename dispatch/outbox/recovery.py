@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from dbtypes import db_now, db_now_plus, seconds
+from dbtypes import UtcTimestamp, db_now, db_now_plus, seconds
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.jobs import RecoveryReport
 from dispatch.outbox.sqlcore import J, guard, journal, journal_each, returned
-from dispatch.states import T, performs
+from dispatch.states import LEASED, T, performs
 
 EXPIRED_BEFORE_SENDING = "lease expired before sending"
 POISON = "poison: lease expired before sending on every claim"
@@ -121,4 +121,24 @@ class RecoveryOps(SqlBase):
         resent = returned(conn.execute(stmt), POLICY_RESEND)
         journal(conn, T.POLICY_RESEND, resent, actor)
         report.resent = len(resent)
+        report.next_expiry_in = self.next_expiry_in(conn)
         return report
+
+    def next_expiry_in(self, conn: sa.Connection) -> float | None:
+        """Seconds on the database clock until the earliest lease still held expires (≤ 0 if
+        one already has, within the grace), or None when no job is leased.
+
+        The states are rendered literally so that PostgreSQL can prove the partial
+        ix_send_job_state_lease (migration 0007) covers the query even under a generic plan;
+        it then reads the lowest ``lease_expires_at`` of each leased state from the index.
+        """
+        leased: sa.BindParameter[list[str]] = sa.bindparam(
+            "leased", sorted(s.value for s in LEASED), literal_execute=True
+        )
+        row = conn.execute(
+            sa.select(sa.func.min(J.lease_expires_at), db_now()).where(J.state.in_(leased))
+        ).one()
+        earliest, now = (UtcTimestamp().process_result_value(v, conn.dialect) for v in row)
+        if earliest is None or now is None:
+            return None
+        return float((earliest - now).total_seconds())
