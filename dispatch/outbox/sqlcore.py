@@ -83,7 +83,16 @@ def journal_each(
 
 
 def leases_in(leases: Iterable[Lease]) -> sa.ColumnElement[bool]:
-    return sa.tuple_(J.id, J.lease_token).in_(list(leases))
+    """These jobs, each still under the given lease token.
+
+    The ``id IN (…)`` term is what the planner searches by: SQLite plans a row-value
+    ``(id, lease_token) IN (VALUES …)`` as a SCAN of send_job (every batch would read the whole
+    outbox). The tuple test beside it is the fence: a job re-leased since holds another token.
+    """
+    listed = list(leases)
+    return sa.and_(
+        J.id.in_([job_id for job_id, _ in listed]), sa.tuple_(J.id, J.lease_token).in_(listed)
+    )
 
 
 def suppressed() -> sa.Exists:

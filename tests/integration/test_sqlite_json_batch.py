@@ -1,0 +1,136 @@
+"""SQLite's JSON batches (one bound ``json_each`` text) write exactly what the per-row
+``CASE`` form wrote: the same job rows and the same journal, for hostile values too.
+
+The JSON form exists for speed only (a constant statement text is compiled and prepared once);
+it must not change a single stored value: quotes, unicode, control characters, NUL (shown as
+``\\x00`` by ForeignText), large codes and tokens, a stale lease that must stay fenced out.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event
+
+from dispatch.outbox import dialect
+from dispatch.outbox.jobs import Completion
+from dispatch.states import State
+from dispatch.store import NewJob, OutboxStore
+from herald.db import create_engine
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+BIG = 2**62
+
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
+    ["", 'it\'s "quoted"', "a\x00b", "\x01\x1f\x7f", "é😀中", "\\x00", "'); --"]
+)
+outcomes = st.tuples(
+    st.sampled_from(
+        [
+            (State.SENT, False),
+            (State.PENDING, False),
+            (State.FAILED, False),
+            (State.FAILED, True),
+            (State.IN_DOUBT, False),
+            (State.PENDING, True),
+        ]
+    ),
+    st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    texts,
+    st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False),
+    st.none() | texts,
+)
+
+
+def _jobs(count: int) -> Iterator[NewJob]:
+    for i in range(count):
+        yield NewJob(
+            key=f"{i:064d}",
+            key_tuple=f'["c","s","{EPOCH.isoformat()}","u{i}@example.org"]',
+            campaign="c",
+            step="s",
+            occurrence_at=EPOCH,
+            channel="email",
+            sender="me@example.org",
+            recipient=f"u{i}@example.org",
+            message_id=f"<{i}@example.org>",
+            payload=b"x",
+            not_before=EPOCH,
+        )
+
+
+def _run(template: Path, directory: Path, cases: list[Any], json_batches: bool) -> Any:
+    path = directory / f"{uuid.uuid4().hex}.db"
+    shutil.copyfile(template, path)
+    engine = create_engine(f"sqlite:///{path}")
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    store = OutboxStore("sqlite")
+    saved, dialect.JSON_BATCHES = dialect.JSON_BATCHES, json_batches
+    try:
+        with engine.begin() as conn:
+            store.enqueue(conn, list(_jobs(len(cases) + 1)))
+            claimed = store.claim(conn, owner="w", limit=len(cases) + 1, lease_seconds=600)
+            # Large tokens, as a long-lived outbox reaches.
+            conn.exec_driver_sql("UPDATE send_job SET lease_token = lease_token + ?", (BIG,))
+            leases = [(job.id, job.lease[1] + BIG) for job in claimed]
+            after_data = [lease for lease, c in zip(leases, cases, strict=False) if not c[0][1]]
+            store.start_sends(conn, after_data, margin_seconds=0, actor="w")
+            completions = [
+                Completion(lease, target, code, text, retry, reason, before)
+                for lease, ((target, before), code, text, retry, reason) in zip(
+                    leases, cases, strict=False
+                )
+            ]
+            stale = leases[-1][0], leases[-1][1] - 1  # a fenced-out lease: must change nothing
+            done = store.complete(conn, [*completions, Completion(stale, State.SENT)], actor="w")
+        with engine.connect() as conn:
+            jobs = conn.exec_driver_sql(
+                "SELECT id, state, lease_token, lease_owner, lease_expires_at IS NULL,"
+                " outcome_code, outcome_text, in_doubt_reason, send_attempts,"
+                " CASE WHEN state = 'pending' THEN round(not_before - outcome_at, 3) END"
+                " FROM send_job ORDER BY id"
+            ).all()
+            events = conn.exec_driver_sql(
+                "SELECT job_id, token, from_state, to_state, actor, detail FROM send_event"
+                " ORDER BY job_id, id"
+            ).all()
+    finally:
+        dialect.JSON_BATCHES = saved
+        engine.dispose()
+    used_json = any("json_each" in s for s in statements)
+    return done, jobs, events, used_json
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cases=st.lists(outcomes, min_size=1, max_size=6))
+def test_json_batch_writes_what_the_case_form_wrote(
+    sqlite_template: Path, tmp_path: Path, cases: list[Any]
+) -> None:
+    done, jobs, events, used_json = _run(sqlite_template, tmp_path, cases, json_batches=True)
+    old = _run(sqlite_template, tmp_path, cases, json_batches=False)
+    assert used_json  # each run took the form it was meant to
+    assert not old[3]
+    assert (done, jobs, events) == old[:3]
+    claims, starts, ends = 2 * len(jobs), sum(1 for c in cases if not c[0][1]), len(cases)
+    assert len(events) == claims + starts + ends, events  # enqueue+claim, T4, T5
+
+
+def test_json_is_only_for_finite_values() -> None:
+    column = dialect.Column(sa.Float(), {1: float("inf")})
+    assert isinstance(dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect._InListBatch)
+    if not dialect.JSON_BATCHES:
+        pytest.skip("SQLite < 3.38: the CASE form only")
+    column = dialect.Column(sa.Float(), {1: 1.5})
+    assert isinstance(dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect._JsonBatch)
