@@ -5,7 +5,8 @@ joined by primary key, and a transition and its journal rows are ONE statement (
 data-modifying CTE). SQLite has neither arrays nor data-modifying CTEs: a batch is one bound
 JSON text read with ``json_each`` (constant SQL, so both statement caches hit; SQLite ≥ 3.38),
 falling back to an ``(id, token) IN (…)`` list with per-row ``CASE`` values on older SQLite, and
-the journal is a second statement in the same transaction. Everything else in the outbox is written once, for both.
+the journal is a second statement in the same transaction. Everything else in the outbox is
+written once, for both.
 """
 
 from __future__ import annotations
