@@ -121,6 +121,18 @@ def copy_enqueue(
     """
     if not jobs:
         return 0
+    # The raw driver's errors are not SQLAlchemy's: wrap them as SQLAlchemy would, so a database
+    # refusal here reaches the caller's error mapping like one from any other statement.
+    dbapi_error = conn.dialect.loaded_dbapi.Error
+    try:
+        return _copy_enqueue(conn, jobs, replace_pending=replace_pending)
+    except dbapi_error as exc:
+        raise sa.exc.DBAPIError.instance(
+            "COPY enqueue", None, exc, dbapi_error, dialect=conn.dialect
+        ) from exc
+
+
+def _copy_enqueue(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool) -> int:
     raw: Any = conn.connection.driver_connection
     with raw.cursor() as cursor:
         cursor.execute(_CREATE)
