@@ -17,25 +17,15 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from dispatch.store import NewJob, OutboxStore
+from tests.support.outboxes import new_job
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _jobs(count: int) -> Iterator[NewJob]:
     for i in range(count):
-        yield NewJob(
-            key=f"{i:064d}",
-            key_tuple=f'["c","s","{EPOCH.isoformat()}","u{i}@example.org"]',
-            campaign="c",
-            step="s",
-            occurrence_at=EPOCH,
-            channel="email",
-            sender="me@example.org",
-            recipient=f"u{i}@example.org",
-            message_id=f"<{i}@example.org>",
-            payload=b"x" * 1800,  # few rows a page: a backlog of many pages
-            not_before=EPOCH,
-        )
+        # few rows a page: a backlog of many pages
+        yield new_job(f"{i:064d}", EPOCH, payload=b"x" * 1800)
 
 
 def test_claim_never_sorts_the_backlog(engine: Engine) -> None:

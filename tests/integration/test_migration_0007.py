@@ -15,25 +15,14 @@ from dispatch.store import NewJob, OutboxStore
 from tests.integration.test_migration_0003 import bare_engine as bare_engine
 from tests.integration.test_migration_0003 import upgrade_to
 from tests.integration.test_migration_0006 import downgrade_to
+from tests.support.outboxes import new_job
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 STATES = ["pending", "claimed", "sending", "sent", "failed", "cancelled", "in_doubt"]
 
 
 def _job(i: int) -> NewJob:
-    return NewJob(
-        key=f"{i:064d}",
-        key_tuple=f'["c","s","{EPOCH.isoformat()}","u{i}@example.org"]',
-        campaign="c",
-        step="s",
-        occurrence_at=EPOCH,
-        channel="email",
-        sender="me@example.org",
-        recipient=f"u{i}@example.org",
-        message_id=f"<{i}@example.org>",
-        payload=b"x",
-        not_before=EPOCH,
-    )
+    return new_job(f"{i:064d}", EPOCH, payload=b"x")
 
 
 def _index_predicates(conn: sa.Connection) -> dict[str, str | None]:

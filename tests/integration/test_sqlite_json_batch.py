@@ -26,6 +26,7 @@ from dispatch.outbox.jobs import Completion
 from dispatch.states import State
 from dispatch.store import NewJob, OutboxStore
 from herald.db import create_engine
+from tests.support.outboxes import new_job
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 BIG = 2**62
@@ -53,19 +54,7 @@ outcomes = st.tuples(
 
 def _jobs(count: int) -> Iterator[NewJob]:
     for i in range(count):
-        yield NewJob(
-            key=f"{i:064d}",
-            key_tuple=f'["c","s","{EPOCH.isoformat()}","u{i}@example.org"]',
-            campaign="c",
-            step="s",
-            occurrence_at=EPOCH,
-            channel="email",
-            sender="me@example.org",
-            recipient=f"u{i}@example.org",
-            message_id=f"<{i}@example.org>",
-            payload=b"x",
-            not_before=EPOCH,
-        )
+        yield new_job(f"{i:064d}", EPOCH, payload=b"x")
 
 
 def _run(template: Path, directory: Path, cases: list[Any], json_batches: bool) -> Any:
