@@ -9,8 +9,8 @@
    interval and poll interval) with a no-op transport, until it has sent every job and stops.
 
 The figure is the time from the kill until that second worker is done. It cannot be below the
-lease left at the kill (the claim is a few milliseconds old), plus the recovery grace (a lease
-must have expired that long ago on the database clock), plus the wait for the next recovery pass.
+lease left at the kill (the claim is a few milliseconds old): unstarted claims owe no recovery
+grace, and the second worker times its pass to their expiry.
 Target (issue 12): ≤ lease + 2 s.
 """
 

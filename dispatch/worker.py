@@ -298,7 +298,7 @@ class Worker:
 
     async def _recovery_loop(self) -> None:
         # Each pass is timed to the earliest lease the previous one saw held: a dead worker's
-        # claims are taken back at their expiry plus the grace, not up to an interval later.
+        # claims are taken back at their expiry, not up to an interval later.
         while True:
             await asyncio.sleep(self._next_recovery_in)
             await self._recover()
@@ -314,7 +314,7 @@ class Worker:
                 extra={"event": "recovery_failed", "worker": self.config.owner},
             )
             return
-        self._next_recovery_in = self.config.next_recovery_in(report.next_expiry_in)
+        self._next_recovery_in = self.config.next_recovery_in(report.held)
         if report.released or report.resent:
             # Jobs are pending again: claim them now, not after the idle poll.
             self._dry_since = None

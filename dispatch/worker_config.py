@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dispatch.backoff import BASE_DELAY
+from dispatch.outbox.jobs import HeldLeases
 from dispatch.rates import DEFAULT_DOMAIN_RATES, parse_rate
 
-# Recovery's test is strict (expired more than the grace ago): a pass timed to the instant
+# Recovery's test is strict (expired, or more than the grace ago): a pass timed to the instant
 # would find nothing by a hair and wait a floor more.
 RECOVERY_MARGIN_SECONDS = 0.05
 RECOVERY_FLOOR_SECONDS = 0.2
@@ -31,10 +32,10 @@ class WorkerConfig:
     # The longest wait between recovery passes; a pass is due sooner when a lease it saw held
     # expires sooner (next_recovery_in).
     recovery_interval: float = 5.0
-    # Recovery takes a lease only this long after it expired on the database clock: room for a
-    # live but slow holder (a heartbeat or T4 already sent, waiting in its committer's batch or
-    # on a row lock; PostgreSQL's now() is its transaction's start) before its claims are taken
-    # and counted against it (max_claims → poison). docs/design.md §5.
+    # Recovery makes a started send in_doubt only this long after its lease expired on the
+    # database clock: room for a live but slow holder (its outcome or heartbeat waiting in its
+    # committer's batch or on a row lock; PostgreSQL's now() is its transaction's start).
+    # Unstarted claims owe no grace: their holder can no longer start them. docs/design.md §5.
     recovery_grace_seconds: float = 2.0
     shutdown_grace_seconds: float = 30.0
     retry_base_seconds: float = BASE_DELAY
@@ -52,15 +53,26 @@ class WorkerConfig:
     def heartbeat_interval(self) -> float:
         return self.lease_seconds / 3
 
-    def next_recovery_in(self, next_expiry_in: float | None) -> float:
-        """Seconds until the next recovery pass, given how long (database clock) until the
-        earliest lease the last pass saw held expires (None: none was held).
+    def next_recovery_in(self, held: HeldLeases) -> float:
+        """Seconds until the next recovery pass, given the leases the last pass left held
+        (their time to expiry on the database clock).
 
-        At that expiry plus the grace the lease becomes recoverable, so the pass is due then,
-        never later than ``recovery_interval`` and never sooner than RECOVERY_FLOOR_SECONDS (a
-        lease already past its grace, or a clock oddity, must not make the loop spin).
+        An unstarted claim becomes recoverable at its expiry, a started send the grace after
+        it (recovery's rules, docs/design.md §5), so the pass is due at the first of those
+        moments, never later than ``recovery_interval`` and never sooner than
+        RECOVERY_FLOOR_SECONDS (a lease already recoverable, or a clock oddity, must not make
+        the loop spin).
         """
-        if next_expiry_in is None:
+        due = [
+            expiry + grace
+            for expiry, grace in (
+                (held.claimed_in, 0.0),
+                (held.sending_in, self.recovery_grace_seconds),
+            )
+            if expiry is not None
+        ]
+        if not due:
             return self.recovery_interval
-        due = next_expiry_in + self.recovery_grace_seconds + RECOVERY_MARGIN_SECONDS
-        return min(self.recovery_interval, max(RECOVERY_FLOOR_SECONDS, due))
+        return min(
+            self.recovery_interval, max(RECOVERY_FLOOR_SECONDS, min(due) + RECOVERY_MARGIN_SECONDS)
+        )

@@ -144,6 +144,15 @@ _COMPLETIONS: dict[tuple[State, bool], Transition] = {
 COMPLETION_TRANSITIONS: tuple[Transition, ...] = tuple(dict.fromkeys(_COMPLETIONS.values()))
 
 
+@dataclass(frozen=True)
+class HeldLeases:
+    """Seconds (database clock) until the earliest lease still held in each leased state
+    expires (≤ 0: it already has), None when no job in that state is leased."""
+
+    claimed_in: float | None = None
+    sending_in: float | None = None
+
+
 @dataclass
 class RecoveryReport:
     released: int = 0  # category 1: claimed, never started -> pending
@@ -151,9 +160,9 @@ class RecoveryReport:
     dead: int = 0  # category 3: exhausted -> failed
     resent: int = 0  # in_doubt jobs whose channel policy allows an automatic resend
     details: list[tuple[int, str, str]] = field(default_factory=list)  # (job id, to, why)
-    # Seconds (database clock) until the earliest lease still held expires, None when none is:
-    # the worker schedules its next pass at that plus the grace (dispatch.recovery_schedule).
-    next_expiry_in: float | None = None
+    # The leases this pass left held: the worker times its next pass to the moment the first
+    # of them becomes recoverable (WorkerConfig.next_recovery_in).
+    held: HeldLeases = field(default_factory=HeldLeases)
 
 
 def payload_hash(payload: bytes) -> str:

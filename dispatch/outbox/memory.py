@@ -54,13 +54,14 @@ class MemoryOutbox(MemoryRateOps, MemoryWorkerOps, MemoryRelayOps):
     def recover(self, conn: MemoryTx, *, grace_seconds: float, actor: str) -> RecoveryReport:
         report = RecoveryReport()
         now = conn.clock()
-        limit = now - timedelta(seconds=grace_seconds)
         jobs = sorted(conn.data.jobs.values(), key=lambda j: j.id)
 
-        def expired(j: MemJob) -> bool:
+        def expired(j: MemJob, grace: float) -> bool:
+            limit = now - timedelta(seconds=grace)
             return j.lease_expires_at is not None and j.lease_expires_at < limit
 
-        for j in [j for j in jobs if j.state == State.CLAIMED.value and expired(j)]:
+        # As RecoveryOps.recover: unstarted claims at expiry, started sends after the grace.
+        for j in [j for j in jobs if j.state == State.CLAIMED.value and expired(j, 0)]:
             if j.claims >= j.max_claims:
                 self._move(
                     conn,
@@ -86,7 +87,7 @@ class MemoryOutbox(MemoryRateOps, MemoryWorkerOps, MemoryRelayOps):
                 )
                 report.released += 1
             report.details.append((j.id, j.state, EXPIRED_BEFORE_SENDING))
-        for j in [j for j in jobs if j.state == State.SENDING.value and expired(j)]:
+        for j in [j for j in jobs if j.state == State.SENDING.value and expired(j, grace_seconds)]:
             self._move(
                 conn,
                 j,
@@ -112,7 +113,7 @@ class MemoryOutbox(MemoryRateOps, MemoryWorkerOps, MemoryRelayOps):
             ):
                 self._move(conn, j, T.POLICY_RESEND, actor, POLICY_RESEND, resolution=POLICY_RESEND)
                 report.resent += 1
-        report.next_expiry_in = self.next_expiry_in(conn)
+        report.held = self.held_leases(conn)
         return report
 
     # ------------------------------------------------------------ operators

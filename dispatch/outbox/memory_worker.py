@@ -12,6 +12,7 @@ from dispatch.outbox.jobs import (
     ClaimedJob,
     Completion,
     Deferral,
+    HeldLeases,
     Lease,
     LeaseRow,
     NewJob,
@@ -292,11 +293,17 @@ class MemoryWorkerOps(MemoryBase):
     def lease_rows(self, conn: MemoryTx, leases: Sequence[Lease]) -> dict[int, LeaseRow]:
         return {j.id: LeaseRow(j.state, j.send_started_at) for j in self._leased(conn, leases)}
 
-    def next_expiry_in(self, conn: MemoryTx) -> float | None:
-        """As ``RecoveryOps.next_expiry_in``: seconds until the earliest held lease expires."""
-        held = [
-            j.lease_expires_at
-            for j in conn.data.jobs.values()
-            if State(j.state) in LEASED and j.lease_expires_at is not None
-        ]
-        return (min(held) - conn.clock()).total_seconds() if held else None
+    def held_leases(self, conn: MemoryTx) -> HeldLeases:
+        """As ``RecoveryOps.held_leases``: seconds until the earliest held lease of each
+        leased state expires."""
+        now = conn.clock()
+
+        def earliest(state: State) -> float | None:
+            held = [
+                j.lease_expires_at
+                for j in conn.data.jobs.values()
+                if j.state == state.value and j.lease_expires_at is not None
+            ]
+            return (min(held) - now).total_seconds() if held else None
+
+        return HeldLeases(claimed_in=earliest(State.CLAIMED), sending_in=earliest(State.SENDING))

@@ -8,9 +8,9 @@ import sqlalchemy as sa
 from dbtypes import UtcTimestamp, db_now, db_now_plus, seconds
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
-from dispatch.outbox.jobs import RecoveryReport
+from dispatch.outbox.jobs import HeldLeases, RecoveryReport
 from dispatch.outbox.sqlcore import J, guard, journal, journal_each, returned
-from dispatch.states import LEASED, T, performs
+from dispatch.states import State, T, performs
 
 EXPIRED_BEFORE_SENDING = "lease expired before sending"
 POISON = "poison: lease expired before sending on every claim"
@@ -27,16 +27,22 @@ POLICY_RESEND = "policy: resend"
 class RecoveryOps(SqlBase):
     @performs(T.EXPIRED_CLAIM, T.POISON, T.LOST_IN_SEND, T.EXHAUSTED, T.POLICY_RESEND)
     def recover(self, conn: sa.Connection, *, grace_seconds: float, actor: str) -> RecoveryReport:
-        """Recover only leases that expired on the database clock more than ``grace`` ago."""
+        """Recover only leases that expired on the database clock: unstarted claims as soon as
+        they have, started sends only more than ``grace`` ago (docs/design.md §5)."""
         report = RecoveryReport()
-        expired = J.lease_expires_at < db_now_plus(seconds(-grace_seconds))
+        # An expired claim is dead to its holder: its heartbeat never revives an expired lease
+        # and T4 needs the lease to run t4_margin longer, so no grace is owed before R1.
+        claim_expired = J.lease_expires_at < db_now()
+        # A started send's holder may be alive with its outcome (T5) or heartbeat waiting in its
+        # committer's batch or on a row lock: the grace spares it a needless in_doubt.
+        send_expired = J.lease_expires_at < db_now_plus(seconds(-grace_seconds))
 
         # R1 (R1p for poison jobs): claimed, never started. One statement, two targets: each
         # returned row's state says which of the two transitions it took.
         poison = J.claims >= J.max_claims
         stmt = (
             sa.update(send_job)
-            .where(guard(T.EXPIRED_CLAIM), expired)
+            .where(guard(T.EXPIRED_CLAIM), claim_expired)
             .values(
                 state=sa.case((poison, T.POISON.target.value), else_=T.EXPIRED_CLAIM.target.value),
                 outcome_text=sa.case((poison, POISON), else_=J.outcome_text),
@@ -68,7 +74,7 @@ class RecoveryOps(SqlBase):
         # R2: started, outcome unknown. Never resent automatically for email.
         stmt = (
             sa.update(send_job)
-            .where(guard(T.LOST_IN_SEND), expired)
+            .where(guard(T.LOST_IN_SEND), send_expired)
             .values(
                 state=T.LOST_IN_SEND.target.value,
                 in_doubt_reason=LOST_IN_SEND,
@@ -121,24 +127,32 @@ class RecoveryOps(SqlBase):
         resent = returned(conn.execute(stmt), POLICY_RESEND)
         journal(conn, T.POLICY_RESEND, resent, actor)
         report.resent = len(resent)
-        report.next_expiry_in = self.next_expiry_in(conn)
+        report.held = self.held_leases(conn)
         return report
 
-    def next_expiry_in(self, conn: sa.Connection) -> float | None:
-        """Seconds on the database clock until the earliest lease still held expires (≤ 0 if
-        one already has, within the grace), or None when no job is leased.
+    def held_leases(self, conn: sa.Connection) -> HeldLeases:
+        """Seconds on the database clock until the earliest lease still held in each leased
+        state expires (≤ 0 if one already has), None for a state with no job leased.
 
         The states are rendered literally so that PostgreSQL can prove the partial
-        ix_send_job_state_lease (migration 0007) covers the query even under a generic plan;
-        it then reads the lowest ``lease_expires_at`` of each leased state from the index.
+        ix_send_job_state_lease (migration 0007) covers each subquery even under a generic
+        plan; each then reads its state's lowest ``lease_expires_at`` from the index.
         """
-        leased: sa.BindParameter[list[str]] = sa.bindparam(
-            "leased", sorted(s.value for s in LEASED), literal_execute=True
-        )
+
+        def earliest(state: State) -> sa.ScalarSelect[object]:
+            literal: sa.BindParameter[str] = sa.bindparam(
+                f"s_{state.value}", state.value, literal_execute=True
+            )
+            query = sa.select(sa.func.min(J.lease_expires_at)).where(J.state == literal)
+            return query.scalar_subquery()
+
         row = conn.execute(
-            sa.select(sa.func.min(J.lease_expires_at), db_now()).where(J.state.in_(leased))
+            sa.select(earliest(State.CLAIMED), earliest(State.SENDING), db_now())
         ).one()
-        earliest, now = (UtcTimestamp().process_result_value(v, conn.dialect) for v in row)
-        if earliest is None or now is None:
-            return None
-        return float((earliest - now).total_seconds())
+        claimed, sending, now = (UtcTimestamp().process_result_value(v, conn.dialect) for v in row)
+        if now is None:
+            return HeldLeases()
+        return HeldLeases(
+            claimed_in=None if claimed is None else (claimed - now).total_seconds(),
+            sending_in=None if sending is None else (sending - now).total_seconds(),
+        )

@@ -50,7 +50,8 @@ def change_status(engine: Engine, name: str, action: Action, *, actor: str) -> C
 
 
 def recover(engine: Engine, *, actor: str, grace: float = GRACE_SECONDS) -> RecoveryReport:
-    """Recover jobs whose lease expired more than ``grace`` seconds ago (database clock)."""
+    """Recover jobs whose lease expired (database clock): unstarted claims at once, started
+    sends only more than ``grace`` seconds ago."""
     store = OutboxStore(engine.dialect.name)
     with engine.begin() as conn:
         return store.recover(conn, grace_seconds=grace, actor=actor)

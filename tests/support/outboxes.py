@@ -22,7 +22,7 @@ class Harness(Protocol):
     outbox: Any  # Outbox[Tx] for this harness's Tx
 
     def begin(self) -> AbstractContextManager[Any]: ...
-    def expire_leases(self) -> None: ...
+    def expire_leases(self, seconds_ago: float = 300) -> None: ...
     def set_campaign_status(self, campaign: str, status: str) -> None: ...
     def journal(self) -> list[tuple[int, str | None, str]]: ...  # (job id, from, to) by id
     def states(self) -> dict[int, str]: ...
@@ -51,11 +51,11 @@ class MemoryHarness:
     def begin(self) -> AbstractContextManager[Any]:
         return self.outbox.begin()
 
-    def expire_leases(self) -> None:
+    def expire_leases(self, seconds_ago: float = 300) -> None:
         with self.outbox.begin() as tx:
             for job in tx.data.jobs.values():
                 if job.lease_expires_at is not None:
-                    job.lease_expires_at = self.clock() - timedelta(minutes=5)
+                    job.lease_expires_at = self.clock() - timedelta(seconds=seconds_ago)
 
     def set_campaign_status(self, campaign: str, status: str) -> None:
         with self.outbox.begin() as tx:
@@ -79,13 +79,13 @@ class SqlHarness:
     def begin(self) -> AbstractContextManager[Any]:
         return self.engine.begin()
 
-    def expire_leases(self) -> None:
+    def expire_leases(self, seconds_ago: float = 300) -> None:
         """What a long pause looks like from the database: the lease ran out."""
         with self.engine.begin() as conn:
             conn.execute(
                 sa.update(send_job)
                 .where(send_job.c.lease_expires_at.is_not(None))
-                .values(lease_expires_at=datetime.now(UTC) - timedelta(minutes=5))
+                .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=seconds_ago))
             )
 
     def set_campaign_status(self, campaign: str, status: str) -> None:
