@@ -197,7 +197,7 @@ def run_recovery(ctx: Context) -> None:
         n=result.jobs,
         note=(
             f"lease {result.lease_seconds:g} s, recovery every {result.recovery_interval:g} s, "
-            f"grace {result.grace_seconds:g} s, poll {result.poll_interval:g} s"
+            f"send grace {result.grace_seconds:g} s, poll {result.poll_interval:g} s"
         ),
         loads=loads,
         target=Target("recovery after a kill (s)", "≤", result.target_seconds),
