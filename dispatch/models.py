@@ -33,6 +33,10 @@ LEASE_INDEXED = ("claimed", "sending", "in_doubt", "failed")
 CAMPAIGN_INDEXED = ("pending", "sent", "failed", "cancelled", "in_doubt")
 LEASE_STATES = f"state IN {LEASE_INDEXED}"
 SETTLED_STATES = f"state IN {CAMPAIGN_INDEXED}"
+# Pending jobs with nothing left to spend (migration 0008): recovery's R3 reads only these.
+EXHAUSTED_PENDING = (
+    "state = 'pending' AND (send_attempts >= max_send_attempts OR claims >= max_claims)"
+)
 
 send_job = sa.Table(
     "send_job",
@@ -108,6 +112,15 @@ send_job = sa.Table(
         "state",
         "lease_expires_at",
         postgresql_where=sa.text(LEASE_STATES),
+    ),
+    # Nearly empty: a pending job normally has budget left. Without it every recovery pass
+    # read every pending job (dispatch.outbox.recovery, R3).
+    sa.Index(
+        "ix_send_job_exhausted",
+        "state",  # leads so that SQLite prefers it to ix_send_job_state_lease (migration 0008)
+        "id",
+        postgresql_where=sa.text(EXHAUSTED_PENDING),
+        sqlite_where=sa.text(EXHAUSTED_PENDING),
     ),
     sa.Index(
         "ux_send_job_mailbox",
