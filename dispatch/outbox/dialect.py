@@ -47,6 +47,7 @@ class SqlForms(Protocol):
     def insert(self, table: sa.Table) -> Any: ...
     def greatest(self, a: Any, b: Any) -> Any: ...
     def picked(self, due: sa.Select[Any]) -> sa.ColumnElement[bool]: ...
+    def filter_only(self, term: sa.ColumnElement[bool]) -> sa.ColumnElement[bool]: ...
     def in_index_order(self, conn: sa.Connection) -> AbstractContextManager[None]: ...
     def batch(self, leases: Sequence[Lease], columns: Mapping[str, Column]) -> LeaseBatch: ...
     def journalled(
@@ -120,6 +121,9 @@ class PostgresForms:
         cte = due.cte("picked").prefix_with("MATERIALIZED")
         picked: sa.ColumnElement[bool] = J.id == cte.c.id
         return picked
+
+    def filter_only(self, term: sa.ColumnElement[bool]) -> sa.ColumnElement[bool]:
+        return term  # the planner's statistics (and in_index_order) decide
 
     @contextmanager
     def in_index_order(self, conn: sa.Connection) -> Iterator[None]:
@@ -290,6 +294,18 @@ class SqliteForms:
     def picked(self, due: sa.Select[Any]) -> sa.ColumnElement[bool]:
         picked: sa.ColumnElement[bool] = J.id.in_(due.scalar_subquery())
         return picked
+
+    def filter_only(self, term: sa.ColumnElement[bool]) -> sa.ColumnElement[bool]:
+        """``likely(term)``: a term to test on the rows found, not to search by.
+
+        Without statistics SQLite takes an equality on an indexed column to be very selective
+        and searches by it, even on ``state = 'pending'`` over the whole backlog. ``likely``
+        changes only that estimate, never the result, and a partial index whose predicate the
+        term implies stays usable. Untyped: typed Boolean, SQLAlchemy would write
+        ``likely(…) = 1``, which no longer implies the partial index's predicate.
+        """
+        likely: sa.ColumnElement[bool] = sa.func.likely(term)
+        return likely
 
     @contextmanager
     def in_index_order(self, conn: sa.Connection) -> Iterator[None]:

@@ -25,18 +25,27 @@ J = send_job.c
 JournalRow = tuple[int, int, str | None]  # (job id, token, detail)
 
 
-def guard(transition: Transition, source: State | None = None) -> sa.ColumnElement[bool]:
+def guard(
+    transition: Transition, source: State | None = None, *, literal: bool = False
+) -> sa.ColumnElement[bool]:
     """``state = <source>``, or ``state IN <sources>`` when no single source is named.
 
     ``source`` selects one of the transition's sources (statements that run once per source so
-    each journal row names where its job came from).
+    each journal row names where its job came from). ``literal`` writes a single source's value
+    into the SQL instead of binding it: SQLite uses a partial index (``WHERE state = 'pending'``)
+    only for a query whose own terms prove its predicate, which a bound ``state = ?`` cannot.
     """
     if source is None and len(transition.sources) == 1:
         source = transition.source
     clause: sa.ColumnElement[bool]
     if source is not None:
         transition.check(source)
-        clause = J.state == source.value
+        if literal:
+            # A state's value is a lower-case identifier (dispatch.states): nothing to escape.
+            assert source.value.isidentifier(), source.value
+            clause = J.state == sa.literal_column(f"'{source.value}'", sa.String())
+        else:
+            clause = J.state == source.value
     else:
         clause = J.state.in_(sorted(s.value for s in transition.sources))
     return clause
