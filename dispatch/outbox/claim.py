@@ -12,7 +12,14 @@ from dbtypes import db_now, db_now_plus, seconds
 from dispatch.models import send_job
 from dispatch.outbox import bulk_enqueue
 from dispatch.outbox.base import SqlBase
-from dispatch.outbox.jobs import ClaimedJob, Lease, NewJob, payload_hash
+from dispatch.outbox.jobs import (
+    CLAIMED_FIELDS,
+    ClaimedJob,
+    Lease,
+    NewJob,
+    claimed_job,
+    payload_hash,
+)
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
 from dispatch.states import LEASED, T, performs
@@ -35,6 +42,13 @@ CLAIM_COLUMNS: tuple[Any, ...] = (
     J.not_before,
     J.send_window,
 )
+# ``claimed_job`` fills the fields by position, from the RETURNING row: a field added to or
+# moved in ClaimedJob must be placed here too.
+assert (
+    "id",
+    "token",
+    *(c.name for c in CLAIM_COLUMNS if c.name != "not_before"),
+) == CLAIMED_FIELDS, CLAIMED_FIELDS
 
 
 class ClaimOps(SqlBase):
@@ -114,46 +128,12 @@ class ClaimOps(SqlBase):
                     "claim_lease": float(lease_seconds),
                 },
             )
-        # Unpacked by position (the RETURNING order: id, lease_token, then ``columns``): a
-        # claim builds up to hundreds of jobs, and a Row's attribute lookup by name costs more
-        # than the rest of the job's construction.
+        # By position (the RETURNING order: id, lease_token, then CLAIM_COLUMNS): a claim
+        # builds up to hundreds of jobs, and a Row's attribute lookup by name costs more than
+        # the rest of the job's construction. Row: id … message_id, payload, claims,
+        # send_attempts, max_send_attempts, not_before (13), send_window (14).
         picked = sorted((tuple(r) for r in rows), key=lambda r: (r[13], r[0]))  # (not_before, id)
-        return [
-            ClaimedJob(
-                id=job_id,
-                token=token,
-                key=key,
-                campaign=campaign,
-                step=step,
-                channel=channel,
-                sender=sender,
-                recipient=recipient,
-                message_id=message_id,
-                payload=bytes(payload),
-                claims=claims,
-                send_attempts=attempts,
-                max_send_attempts=max_attempts,
-                send_window=window,
-            )
-            for (
-                job_id,
-                token,
-                key,
-                campaign,
-                step,
-                channel,
-                sender,
-                recipient,
-                message_id,
-                payload,
-                claims,
-                attempts,
-                max_attempts,
-                _due,
-                window,
-                *_,
-            ) in picked
-        ]
+        return [claimed_job((*r[:9], bytes(r[9]), *r[10:13], r[14])) for r in picked]
 
     def _claim_statement(self) -> sa.Update:
         """The claim, built once per outbox (``forms.journalled``): owner, limit and lease
