@@ -95,15 +95,15 @@ class _JsonBatch:
         if built is None:
             built = cls._shapes[shape] = cls._build(columns)
         v, processors = built
-        rows: list[list[Any]] = []
-        for job_id, token in leases:
-            row: list[Any] = [job_id, token]
-            for column, process in zip(columns.values(), processors, strict=True):
-                value = column.values[job_id]
-                row.append(value if process is None else process(value))
-            rows.append(row)
+        # Column by column (one comprehension each), then zipped into rows: json.dumps writes
+        # the tuples as arrays, ``[[id, token, a, …], …]``.
+        ids = [job_id for job_id, _ in leases]
+        values: list[list[Any]] = [ids, [token for _, token in leases]]
+        for column, process in zip(columns.values(), processors, strict=True):
+            found = list(map(column.values.__getitem__, ids))
+            values.append(found if process is None else list(map(process, found)))
         try:
-            text = json.dumps(rows, ensure_ascii=False, allow_nan=False)
+            text = json.dumps(list(zip(*values, strict=True)), ensure_ascii=False, allow_nan=False)
         except ValueError:
             return None
         return cls(shape, v, text)
