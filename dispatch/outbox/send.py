@@ -10,7 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from dbtypes import ForeignText, db_now, db_now_plus, seconds
+from dbtypes import ForeignText, db_now, db_now_plus
 from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.dialect import Column
@@ -50,28 +50,39 @@ class SendOps(SqlBase):
         if not leases:
             return {}
         batch = self.forms.batch(leases, {})
-        update = (
-            sa.update(send_job)
-            .where(
-                batch.where(),
-                guard(T.START_SEND),
-                J.lease_expires_at > db_now_plus(seconds(margin_seconds)),
-                J.send_attempts < J.max_send_attempts,
-                J.superseded_at.is_(None),  # a replaced version's payload never goes out
-                ~suppressed(),
-                self.campaigns.active(),
+
+        def build() -> sa.Update:
+            return (
+                sa.update(send_job)
+                .where(
+                    batch.where(),
+                    guard(T.START_SEND),
+                    J.lease_expires_at > db_now_plus(sa.bindparam("t4_margin", type_=sa.Float())),
+                    J.send_attempts < J.max_send_attempts,
+                    J.superseded_at.is_(None),  # a replaced version's payload never goes out
+                    ~suppressed(),
+                    self.campaigns.active(),
+                )
+                .values(
+                    state=T.START_SEND.target.value,
+                    send_attempts=J.send_attempts + 1,
+                    send_started_at=db_now(),
+                    updated_at=db_now(),
+                )
             )
-            .values(
-                state=T.START_SEND.target.value,
-                send_attempts=J.send_attempts + 1,
-                send_started_at=db_now(),
-                updated_at=db_now(),
-            )
-        )
+
         rows = self.forms.journalled(
-            conn, update, T.START_SEND, actor=actor, batch=batch, returning=(J.send_started_at,)
+            conn,
+            "start_sends",
+            build,
+            T.START_SEND,
+            actor=actor,
+            batch=batch,
+            returning=(J.send_started_at,),
+            params={"t4_margin": float(margin_seconds)},
         )
-        return {row.id: row.send_started_at for row in rows}
+        # By position (id, lease_token, send_started_at): a Row's lookup by name is slow.
+        return {row[0]: row[2] for row in rows}
 
     @performs(T.UNSTARTABLE_CANCELLED, T.UNSTARTABLE_FAILED, T.UNSTARTABLE_RELEASED)
     def settle_unstartable(
@@ -158,12 +169,13 @@ class SendOps(SqlBase):
         source: State,
         actor: str,
     ) -> set[int]:
+        detail = {c.lease[0]: c.detail for c in group}  # computed once: journal and batch
         batch = self.forms.batch(
             [c.lease for c in group],
             {
                 "code": Column(sa.Integer(), {c.lease[0]: c.code for c in group}),
                 "text": Column(ForeignText(), {c.lease[0]: c.text for c in group}),
-                "detail": Column(ForeignText(), {c.lease[0]: c.detail for c in group}),
+                "detail": Column(ForeignText(), detail),
                 "retry_in": Column(sa.Float(), {c.lease[0]: float(c.retry_in) for c in group}),
                 "reason": Column(
                     ForeignText(), {c.lease[0]: c.in_doubt_reason or c.text for c in group}
@@ -171,29 +183,38 @@ class SendOps(SqlBase):
             },
         )
         target = transition.target
-        values: dict[str, Any] = {
-            "state": target.value,
-            "updated_at": db_now(),
-            "outcome_code": batch.value("code"),
-            "outcome_text": batch.value("text"),
-            "outcome_at": db_now(),
-        }
-        if target not in LEASED:
-            values["lease_owner"] = None
-        if target in (State.SENT, State.FAILED, State.PENDING):
-            values["lease_expires_at"] = None
-        if target is State.PENDING:
-            values["not_before"] = db_now_plus(batch.value("retry_in"))
-        if target is State.IN_DOUBT:
-            values["in_doubt_reason"] = batch.value("reason")
-        update = (
-            sa.update(send_job).where(batch.where(), guard(transition, source)).values(**values)
-        )
-        detail = {c.lease[0]: c.detail for c in group}
+
+        def build() -> sa.Update:
+            values: dict[str, Any] = {
+                "state": target.value,
+                "updated_at": db_now(),
+                "outcome_code": batch.value("code"),
+                "outcome_text": batch.value("text"),
+                "outcome_at": db_now(),
+            }
+            if target not in LEASED:
+                values["lease_owner"] = None
+            if target in (State.SENT, State.FAILED, State.PENDING):
+                values["lease_expires_at"] = None
+            if target is State.PENDING:
+                values["not_before"] = db_now_plus(batch.value("retry_in"))
+            if target is State.IN_DOUBT:
+                values["in_doubt_reason"] = batch.value("reason")
+            return (
+                sa.update(send_job).where(batch.where(), guard(transition, source)).values(**values)
+            )
+
         rows = self.forms.journalled(
-            conn, update, transition, actor=actor, batch=batch, detail=detail, source=source
+            conn,
+            "complete",
+            build,
+            transition,
+            actor=actor,
+            batch=batch,
+            detail=detail,
+            source=source,
         )
-        return {row.id for row in rows}
+        return {row[0] for row in rows}  # by position (id first): a Row's lookup by name is slow
 
     def lease_state(self, conn: sa.Connection, leases: Sequence[Lease]) -> dict[int, str]:
         """Current state of the rows that still carry these tokens (for commit-unknown checks)."""

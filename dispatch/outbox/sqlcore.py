@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 
 from dbtypes import db_now, utc
 from dispatch.models import GLOBAL_SCOPE, send_event, send_job, suppression
@@ -25,18 +26,27 @@ J = send_job.c
 JournalRow = tuple[int, int, str | None]  # (job id, token, detail)
 
 
-def guard(transition: Transition, source: State | None = None) -> sa.ColumnElement[bool]:
+def guard(
+    transition: Transition, source: State | None = None, *, literal: bool = False
+) -> sa.ColumnElement[bool]:
     """``state = <source>``, or ``state IN <sources>`` when no single source is named.
 
     ``source`` selects one of the transition's sources (statements that run once per source so
-    each journal row names where its job came from).
+    each journal row names where its job came from). ``literal`` writes a single source's value
+    into the SQL instead of binding it: SQLite uses a partial index (``WHERE state = 'pending'``)
+    only for a query whose own terms prove its predicate, which a bound ``state = ?`` cannot.
     """
     if source is None and len(transition.sources) == 1:
         source = transition.source
     clause: sa.ColumnElement[bool]
     if source is not None:
         transition.check(source)
-        clause = J.state == source.value
+        if literal:
+            # A state's value is a lower-case identifier (dispatch.states): nothing to escape.
+            assert source.value.isidentifier(), source.value
+            clause = J.state == sa.literal_column(f"'{source.value}'", sa.String())
+        else:
+            clause = J.state == source.value
     else:
         clause = J.state.in_(sorted(s.value for s in transition.sources))
     return clause
@@ -62,12 +72,24 @@ def journal_each(
     source: State | None = None,
 ) -> None:
     """One INSERT for the events of several transitions (a statement that took more than one)."""
+    if conn.dialect.name == "sqlite":
+        _journal_sqlite(conn, parts, actor, source)
+    else:
+        _journal_core(conn, parts, actor, source)
+
+
+def _journal_core(
+    conn: sa.Connection,
+    parts: Sequence[tuple[Transition, Sequence[JournalRow]]],
+    actor: str,
+    source: State | None,
+) -> None:
+    """The INSERT as a Core statement (PostgreSQL: SQLAlchemy's insertmanyvalues batches it)."""
     params: list[dict[str, Any]] = []
     for transition, rows in parts:
         if not rows:
             continue
-        origin = transition.source if source is None and transition.sources else source
-        transition.check(origin)
+        origin = _origin(transition, source)
         params += [
             {
                 "job_id": job_id,
@@ -80,6 +102,62 @@ def journal_each(
         ]
     if params:
         conn.execute(sa.insert(send_event).values(at=db_now(), actor=actor), params)
+
+
+def _origin(transition: Transition, source: State | None) -> State | None:
+    origin = transition.source if source is None and transition.sources else source
+    transition.check(origin)
+    return origin
+
+
+def _journal_statement() -> tuple[str, tuple[str, ...]]:
+    """The journal INSERT as SQLite text and the order of its ``?`` parameters."""
+    stmt = sa.insert(send_event).values(
+        {name: sa.bindparam(name) for name in JOURNAL_PARAMS} | {"at": db_now()}
+    )
+    compiled = stmt.compile(dialect=sqlite.dialect())
+    assert compiled.positiontup is not None
+    return compiled.string, tuple(compiled.positiontup)
+
+
+JOURNAL_PARAMS = ("job_id", "token", "from_state", "to_state", "actor", "detail")
+_SQLITE_JOURNAL, _SQLITE_JOURNAL_ORDER = _journal_statement()
+# The rows below are built in this order; a change in how SQLAlchemy orders them fails here.
+assert _SQLITE_JOURNAL_ORDER == JOURNAL_PARAMS, _SQLITE_JOURNAL_ORDER
+# Values as ForeignText stores them (NUL shown as ``\x00``), as a bound detail would be.
+_DETAIL = send_event.c.detail.type.dialect_impl(sqlite.dialect()).bind_processor(sqlite.dialect())
+
+
+def _journal_sqlite(
+    conn: sa.Connection,
+    parts: Sequence[tuple[Transition, Sequence[JournalRow]]],
+    actor: str,
+    source: State | None,
+) -> None:
+    """The same rows through one constant statement, executemany'd by the driver with plain
+    tuples: SQLAlchemy's per-row parameter processing cost more than SQLite's insert (the drain
+    writes three events per job)."""
+    rows: list[tuple[Any, ...]] = []
+    process = _DETAIL
+    for transition, done in parts:
+        if not done:
+            continue
+        origin = _origin(transition, source)
+        from_state = None if origin is None else origin.value
+        to_state = transition.target.value
+        rows += [
+            (
+                job_id,
+                token,
+                from_state,
+                to_state,
+                actor,
+                detail if process is None or detail is None else process(detail),
+            )
+            for job_id, token, detail in done
+        ]
+    if rows:
+        conn.exec_driver_sql(_SQLITE_JOURNAL, rows)
 
 
 def leases_in(leases: Iterable[Lease]) -> sa.ColumnElement[bool]:

@@ -58,3 +58,36 @@ def test_claim_never_sorts_the_backlog(engine: Engine) -> None:
     assert "Sort" not in plan, plan
     assert "Bitmap" not in plan, plan
     assert tuple(after) == ("on", "on")  # the rest of the transaction is planned as usual
+
+
+def test_sqlite_claim_reads_the_due_index_in_order(engine: Engine) -> None:
+    """SQLite has no statistics either: unhinted, it searched the state index and sorted every
+    pending row on every claim, and found the picked rows by scanning that index again."""
+    if engine.dialect.name != "sqlite":
+        pytest.skip("a SQLite planner choice")
+    store = OutboxStore("sqlite")
+    with engine.begin() as conn:
+        store.enqueue(conn, list(_jobs(400)))
+    plans: list[str] = []
+
+    def explain(conn: sa.Connection, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "ORDER BY send_job.not_before" in statement:  # the claim, planned as it is about to run
+            cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                rows = cur.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
+            finally:
+                cur.close()
+            plans.append("\n".join(str(row[-1]) for row in rows))
+
+    event.listen(engine, "before_cursor_execute", explain)
+    try:
+        with engine.begin() as conn:
+            claimed = store.claim(conn, owner="w", limit=50, lease_seconds=60)
+    finally:
+        event.remove(engine, "before_cursor_execute", explain)
+    assert [job.key for job in claimed] == [f"{i:064d}" for i in range(50)]
+    (plan,) = plans
+    assert "USING INDEX ix_send_job_due" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan  # no sort of the backlog
+    assert "ix_send_job_state_lease" not in plan, plan
+    assert "SEARCH send_job USING INTEGER PRIMARY KEY" in plan, plan  # picked rows by rowid

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event
 
-from dispatch.outbox import dialect
+from dispatch.outbox import dialect, dialect_sqlite
 from dispatch.outbox.jobs import Completion
 from dispatch.states import State
 from dispatch.store import NewJob, OutboxStore
@@ -64,7 +64,7 @@ def _run(template: Path, directory: Path, cases: list[Any], json_batches: bool) 
     statements: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
     store = OutboxStore("sqlite")
-    saved, dialect.JSON_BATCHES = dialect.JSON_BATCHES, json_batches
+    saved, dialect_sqlite.JSON_BATCHES = dialect_sqlite.JSON_BATCHES, json_batches
     try:
         with engine.begin() as conn:
             store.enqueue(conn, list(_jobs(len(cases) + 1)))
@@ -94,7 +94,7 @@ def _run(template: Path, directory: Path, cases: list[Any], json_batches: bool) 
                 " ORDER BY job_id, id"
             ).all()
     finally:
-        dialect.JSON_BATCHES = saved
+        dialect_sqlite.JSON_BATCHES = saved
         engine.dispose()
     used_json = any("json_each" in s for s in statements)
     return done, jobs, events, used_json
@@ -118,8 +118,12 @@ def test_json_batch_writes_what_the_case_form_wrote(
 
 def test_json_is_only_for_finite_values() -> None:
     column = dialect.Column(sa.Float(), {1: float("inf")})
-    assert isinstance(dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect._InListBatch)
-    if not dialect.JSON_BATCHES:
+    assert isinstance(
+        dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect_sqlite._InListBatch
+    )
+    if not dialect_sqlite.JSON_BATCHES:
         pytest.skip("SQLite < 3.38: the CASE form only")
     column = dialect.Column(sa.Float(), {1: 1.5})
-    assert isinstance(dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect._JsonBatch)
+    assert isinstance(
+        dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect_sqlite._JsonBatch
+    )
