@@ -96,7 +96,12 @@ def wire_form(message: bytes) -> bytes:
     aiosmtplib normalises lone CR and LF the same way before transmitting; doing it first means
     the bytes signed are the bytes sent.
     """
-    normalised = _LINE_ENDING.sub(b"\r\n", message)
+    crlf = message.count(b"\r\n")
+    if message.count(b"\r") == crlf and message.count(b"\n") == crlf:
+        # Already CRLF throughout (every rendered payload): three scans, no copy.
+        normalised = message
+    else:
+        normalised = _LINE_ENDING.sub(b"\r\n", message)
     return normalised if normalised.endswith(b"\r\n") else normalised + b"\r\n"
 
 

@@ -52,10 +52,11 @@ class JobSender:
         stop_for: Callable[[TransportConfigError], None],
         rates: RateGate | None = None,
         observer: WorkerObserver = NULL_OBSERVER,
+        slot_freed: Callable[[], None] = lambda: None,
     ) -> None:
         """``stopping`` says whether the worker is shutting down (claims not yet at T4 are
         then released); ``stop_for`` stops it because a transport cannot be used as
-        configured."""
+        configured; ``slot_freed`` is called when a send leaves the wire (``on_wire``)."""
         self.config = config
         self.transports = transports
         self.outbox = outbox
@@ -70,10 +71,28 @@ class JobSender:
         self.rates = rates  # told every outcome: a 421 slows the recipient's domain down
         self.observer = observer  # told each outcome and each delivery's duration (metrics)
         self.past_t4: set[int] = set()  # jobs between their T4 commit and the end of the send
+        # Sends holding one of the worker's ``concurrency`` slots: from their start until their
+        # transport call is over (the reply to DATA read, or the send ended before it). The
+        # outcome's commit (T5) that follows holds no slot: the connection is already back in
+        # the pool, and a slot held through the commit would leave that connection idle while
+        # the relay could take the next message (measured: with 50 slots, ~40% fewer messages
+        # in DATA at once than 50 connections, and so smaller groups at a grouping relay).
+        self._on_wire: set[int] = set()
+        self.slot_freed = slot_freed
 
     @property
     def _owner(self) -> str:
         return self.config.owner
+
+    @property
+    def on_wire(self) -> int:
+        """How many sends hold a concurrency slot (see ``_on_wire``)."""
+        return len(self._on_wire)
+
+    def occupy(self, job: ClaimedJob) -> None:
+        """Count ``job`` on the wire from now (before its task first runs) until its send is
+        off it."""
+        self._on_wire.add(job.id)
 
     async def send(self, job: ClaimedJob) -> None:
         try:
@@ -81,6 +100,12 @@ class JobSender:
         finally:
             self.leases.drop(job.id)
             self.past_t4.discard(job.id)
+            self._off_the_wire(job)
+
+    def _off_the_wire(self, job: ClaimedJob) -> None:
+        if job.id in self._on_wire:
+            self._on_wire.discard(job.id)
+            self.slot_freed()
 
     async def _send_unguarded(self, job: ClaimedJob) -> None:
         transport = self.transports.get(job.channel)
@@ -143,6 +168,7 @@ class JobSender:
         await self.instrumentation.after_t4_commit(job)
         delivering = time.monotonic()
         outcome = await prepared.deliver(started_at)
+        self._off_the_wire(job)  # the next send may use the connection while T5 commits
         self.observer.on_transport_call(job.channel, time.monotonic() - delivering)
         if outcome.verdict is Verdict.SENT:
             await self.instrumentation.after_250_before_t5(job)

@@ -1,6 +1,7 @@
 """The dispatch worker: claim in batches, send concurrently, every write fenced by token.
 
-One asyncio loop runs up to ``concurrency`` sends; one database thread (GroupCommitter) turns
+One asyncio loop runs up to ``concurrency`` sends on the wire (the commit of a send's outcome
+holds no slot, ``JobSender.on_wire``); one database thread (GroupCommitter) turns
 their transitions into few commits. A send crosses the point of no return only after its T4
 commit has returned; every later write carries the lease token, so a worker that lost its lease
 (paused, partitioned, slow) changes nothing. The worker talks to the outbox only through the
@@ -124,6 +125,7 @@ class Worker:
             stopping=lambda: self.stopping,
             stop_for=self._stop_for,
             observer=observer,
+            slot_freed=self._wake.set,
         )
         # A transport that cannot be used as configured stops the worker; run() raises it. So
         # does an unreachable relay with --until-idle (dispatch.relay_circuit).
@@ -200,8 +202,11 @@ class Worker:
             if worth_claiming and not recently_dry and not self.relay.holding():
                 claimed = len(await self._claim(room))
                 self._dry_since = None if claimed else time.monotonic()
-            while self._backlog and len(self._inflight) < cfg.concurrency:
-                task = asyncio.create_task(self.sender.send(self._backlog.popleft()))
+            # A slot is a send on the wire; sends whose outcome is being committed hold none.
+            while self._backlog and self.sender.on_wire < cfg.concurrency:
+                job = self._backlog.popleft()
+                self.sender.occupy(job)
+                task = asyncio.create_task(self.sender.send(job))
                 self._inflight.add(task)
                 task.add_done_callback(self._on_task_done)
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:

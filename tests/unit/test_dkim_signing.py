@@ -166,7 +166,7 @@ def test_a_message_without_its_date_is_not_signed() -> None:
 def test_the_wire_form_is_what_smtp_sends() -> None:
     from aiosmtplib.protocol import normalize_message_line_endings
 
-    for raw in (b"a\nb\rc\r\nd", b"a\r\r\nb\n\n", b"no end", b"\r\n"):
+    for raw in (b"a\nb\rc\r\nd", b"a\r\r\nb\n\n", b"no end", b"\r\n", b"a\r\nb\r\n", b"a\n\r"):
         assert wire_form(raw) == normalize_message_line_endings(raw)
         assert wire_form(wire_form(raw)) == wire_form(raw)
 

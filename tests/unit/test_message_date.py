@@ -57,3 +57,32 @@ def test_stamping_is_done_once(at: datetime, later: datetime) -> None:
     assert [line for line in head.split(b"\r\n") if line.startswith(b"Date:")] == [
         f"Date: {date_value(at)}".encode()
     ]
+
+
+# Lines built from the pieces that matter: a field named Date in any case, lookalikes, folds,
+# and line ends of every kind.
+_PIECES = st.sampled_from(
+    [
+        b"Date: x",
+        b"date:",
+        b"DaTe:",
+        b" date: folded",
+        b"Dates: no",
+        b"X-Date: no",
+        b"\r\n",
+        b"\r\n\r\n",
+        b"\n",
+        b"\r",
+        b"body date: no",
+        b"",
+        b"Subject: y",
+    ]
+)
+
+
+@given(st.lists(_PIECES, max_size=12).map(b"".join))
+def test_has_date_is_a_header_line_starting_with_date(message: bytes) -> None:
+    """The single search agrees with the definition, line by line."""
+    head = message.split(b"\r\n\r\n", 1)[0]
+    expected = any(line[:5].lower() == b"date:" for line in head.split(b"\r\n"))
+    assert has_date(message) == expected
