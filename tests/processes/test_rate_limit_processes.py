@@ -3,8 +3,8 @@ that notes when each message arrives. The rates are measured on the server's clo
 
 - One domain limited to 5/s: over 20 seconds the server receives it at 5/s within 10 %, never
   faster, while another domain's mail goes through at once (the workers keep busy).
-- A server that answers 421 for one domain: that domain slows to half its rate, the other
-  keeps its pace.
+- A server that answers 421 for one domain: that domain's shared cell is halved, the other's
+  is untouched (read from the cells, not from the machine's pace).
 """
 
 from __future__ import annotations
@@ -13,14 +13,21 @@ import json
 import os
 import subprocess
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dbtypes import db_now
+from dispatch.models import rate_limit
+from dispatch.rates import SLOWDOWN_SECONDS
 from tests.support.factories import launch, write_yaml
 from tests.support.paths import HERALD
 from tests.support.timed_smtp import TimedSMTPServer
+
+R = rate_limit.c
 
 
 def campaign(folder: Path, recipients: list[str]) -> Path:
@@ -93,26 +100,42 @@ def test_two_workers_hold_one_domain_to_its_rate_and_keep_busy_on_others(
 
 
 def test_a_421_slows_that_domain_only(tmp_path: Path, engine: Engine, db_url: str) -> None:
+    """The verdict is what the code decided, not how fast a loaded machine delivered: the
+    refusing domain's shared cell carries the halving (factor, until when, on the database
+    clock) and the other domain's cell was never touched. The pace a factor gives is
+    dispatch.rates' arithmetic, proven in tests/unit/test_rates.py and
+    tests/integration/test_rate_cells.py; the lower bounds on the measured pace this test
+    used to assert failed whenever the machine was busy."""
     refusing = [f"r{i}@refusing.test" for i in range(50)]
     steady = [f"s{i}@steady.test" for i in range(72)]
     mixed = [a for pair in zip(refusing, steady, strict=False) for a in pair] + steady[50:]
     assert launch(engine, campaign(tmp_path / "c", mixed)).new_jobs == 122
 
     def refuse(domain: str, nth: int) -> bool:
-        return domain == "refusing.test" and nth == 21  # once, after ~5 s at full pace
+        return domain == "refusing.test" and nth == 21  # once, mid-way
 
     with TimedSMTPServer(refuse) as server:
         reports = run_two_workers(db_url, server, "refusing.test=4/s,steady.test=4/s")
     assert sum(r["sent"] for r in reports) == 122
-    ((refused_at, _),) = server.refused
+    ((refused_at, refused_rcpt),) = server.refused
+    assert refused_rcpt.endswith("@refusing.test")
+    ids = [r.message_id for r in server.received()]
+    assert Counter(ids).most_common(1)[0][1] == 1  # each message once
+    assert len(arrivals(server, "refusing.test")) == 50
+    # The refused message went out later, once: retried, not lost (ordering on one clock).
+    (retried,) = [r.at for r in server.received() if r.rcpt == refused_rcpt]
+    assert retried > refused_at
 
-    slowed = arrivals(server, "refusing.test")
-    before = in_window(slowed, slowed[0] + 1, refused_at - slowed[0] - 1)
-    assert before / (refused_at - slowed[0] - 1) > 3.4  # its full pace until the 421
-    after = in_window(slowed, refused_at + 1, 12) / 12
-    assert 1.8 <= after <= 2.2, after  # half of 4/s, within 10 %
-
-    kept = arrivals(server, "steady.test")
-    pace = in_window(kept, kept[0] + 2, 12) / 12
-    assert 3.6 <= pace <= 4.4, pace  # the other domain keeps its 4/s
-    assert in_window(kept, refused_at + 1, 8) / 8 >= 3.6  # also after the 421
+    with engine.connect() as conn:
+        cells = {
+            row.key: row
+            for row in conn.execute(
+                sa.select(R.key, R.per_second, R.factor, R.factor_until, db_now().label("now"))
+            )
+        }
+    slowed, kept = cells["domain:refusing.test"], cells["domain:steady.test"]
+    assert (slowed.per_second, slowed.factor) == (4.0, 0.5)  # halved once: one 421
+    # Slowed from the 421 on, for SLOWDOWN_SECONDS: still in force when the run ended.
+    assert slowed.factor_until is not None
+    assert slowed.now < slowed.factor_until <= slowed.now + timedelta(seconds=SLOWDOWN_SECONDS)
+    assert (kept.per_second, kept.factor, kept.factor_until) == (4.0, 1.0, None)
