@@ -22,6 +22,22 @@ POOLER_VARIABLE = "HERALD_DATABASE_POOLER"
 POOLERS = ("none", "transaction")
 
 
+_READ_ONLY = "herald_read_only"
+
+
+def reading(engine: Engine) -> sa.Connection:
+    """A connection for reads only (``with reading(engine) as conn:``).
+
+    On SQLite every other transaction begins IMMEDIATE, i.e. takes the writer's lock even to
+    read, and SQLite does not queue that lock: a reader polls with a growing back-off while a
+    busy writer (a worker's group commits, a prune pass) commits and takes it again at once,
+    so ``herald status`` or a dashboard page could wait many seconds. This one begins
+    DEFERRED: in WAL mode a reader never waits and sees the last committed state. It must not
+    write. On PostgreSQL it is a plain connection.
+    """
+    return engine.connect().execution_options(**{_READ_ONLY: True})
+
+
 def normalise_url(url: str) -> str:
     """Accept ``postgresql://`` and ``postgres://`` and select the psycopg 3 driver for them."""
     return normalise_database_url(url)
@@ -103,6 +119,10 @@ def _sqlite_engine(url: sa.URL, **kwargs: Any) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: sa.Connection) -> None:
+        if connection.get_execution_options().get(_READ_ONLY):
+            # A WAL reader never waits for the writer and sees the last commit (reading()).
+            connection.exec_driver_sql("BEGIN DEFERRED")
+            return
         # IMMEDIATE takes the write lock up front. A deferred transaction that reads, then
         # writes, can fail with SQLITE_BUSY without waiting when another process writes first.
         connection.exec_driver_sql("BEGIN IMMEDIATE")

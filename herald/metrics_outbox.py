@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from dispatch.models import send_event, send_job
 from dispatch.states import LEASED, State
 from dispatch.store import OutboxStore
+from herald.db import reading as read_only
 
 STATES = tuple(state.value for state in State)
 
@@ -48,7 +49,7 @@ class OutboxReading:
 def read_outbox(engine: Engine, now: datetime) -> OutboxReading:
     """Jobs by campaign and state, the oldest live lease, the relays' recorded states."""
     store = OutboxStore(engine.dialect.name)
-    with engine.connect() as conn:
+    with read_only(engine) as conn:
         jobs: dict[tuple[str, str], int] = {}
         for campaign, _step, state, n in store.counts(conn):
             jobs[(campaign, state)] = jobs.get((campaign, state), 0) + n

@@ -71,6 +71,7 @@ from herald.app.status_reads import (
     zero_buckets,
 )
 from herald.app.status_timing import CampaignTiming, timing_of
+from herald.db import reading
 from herald.errors import UsageError
 
 STATES = [s.value for s in State]
@@ -90,7 +91,7 @@ def status(
     now = clock()
     outbox = OutboxStore(engine.dialect.name)
     campaigns = CampaignStore(engine.dialect.name)
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         rows = campaigns.all(conn)
         counts = outbox.counts(conn, campaign)
         triggers = trigger_rows(conn, campaign, spec_for=_TIMED)

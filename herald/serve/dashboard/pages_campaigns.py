@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 from campaigns.control import CampaignNotFound, CampaignStateError
 from herald.app.operator import Action, change_status
 from herald.app.status import status
+from herald.db import reading
 from herald.errors import UsageError
 from herald.serve.dashboard import reads
 from herald.serve.dashboard.auth import Session
@@ -99,7 +100,7 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
             return None
         since = dash.clock() - reads.RATE_WINDOW
         minutes = reads.RATE_WINDOW.total_seconds() / 60
-        with dash.engine.connect() as conn:
+        with reading(dash.engine) as conn:
             order = reads.step_order(conn, name)
             recent = reads.recent_sends(conn, name, since)
             buckets = reads.sends_over_time(conn, name)

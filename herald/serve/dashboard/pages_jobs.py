@@ -12,6 +12,7 @@ from starlette.routing import BaseRoute, Route
 
 from dispatch.states import State
 from herald.app.operator import Changed, resolve_in_doubt, retry_dead
+from herald.db import reading
 from herald.errors import HeraldError
 from herald.serve.dashboard import reads
 from herald.serve.dashboard.auth import Session
@@ -39,7 +40,7 @@ def _said(changed: Changed, key: str, done: str, unchanged: str) -> str:
 
 def routes(dash: Dashboard) -> list[BaseRoute]:
     def held(state: State) -> list[reads.HeldJob]:
-        with dash.engine.connect() as conn:
+        with reading(dash.engine) as conn:
             return reads.held_jobs(conn, state)
 
     async def in_doubt(request: Request, session: Session) -> Response:

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from campaigns.addresses import AddressError, mailbox_identity
+from herald.db import reading
 from herald.serve.dashboard import reads
 from herald.serve.dashboard.auth import Session
 from herald.serve.dashboard.web import Dashboard
@@ -77,7 +78,7 @@ def routes(dash: Dashboard) -> list[BaseRoute]:
             mailbox: str | None = mailbox_identity(recipient)
         except AddressError:
             mailbox = None
-        with dash.engine.connect() as conn:
+        with reading(dash.engine) as conn:
             rows = reads.stored_jobs(conn, campaign, step, recipient, mailbox)
         return [shown(row) for row in rows]
 
