@@ -110,7 +110,16 @@ class CrashInstrumentation(NullInstrumentation):
 
 
 class UnguardedStore(OutboxStore):
-    """T4 with its guards switched off, and unjournalled: a zombie's T4 always succeeds."""
+    """T4 with its guards switched off, and unjournalled: a zombie's T4 always succeeds. Its
+    heartbeat is naive too: every lease it holds is reported alive, so a resumed zombie never
+    learns that its claims were taken back and sends them (the meta-test's duplicates do not
+    depend on whether the heartbeat or a send runs first after SIGCONT)."""
+
+    def heartbeat(
+        self, conn: sa.Connection, leases: Sequence[Lease], *, lease_seconds: float
+    ) -> set[int]:
+        super().heartbeat(conn, leases, lease_seconds=lease_seconds)
+        return {job_id for job_id, _ in leases}
 
     def start_sends(
         self, conn: sa.Connection, leases: Sequence[Lease], *, margin_seconds: float, actor: str
