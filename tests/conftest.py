@@ -74,6 +74,18 @@ def require_postgres() -> None:
         _without_postgres(f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT}")
 
 
+# The folders of the longest tests (real processes, the chaos suite: tens of seconds each, up
+# to minutes). They run first: pytest-xdist's worksteal hands out tests in collection order and
+# rebalances only tests not yet started, so a long test started near the end would run on alone
+# while the other workers idle (longest first is the classic remedy). Order within each group
+# is unchanged, so a package's tests stay together (tests/browser shares its world by package).
+LONG_FIRST = ("tests/chaos/", "tests/processes/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+
+
 @pytest.fixture(scope="session")
 def pg_admin() -> Iterator[Engine]:
     require_postgres()
