@@ -3,7 +3,8 @@
 Every storage test takes ``db_url`` (or ``engine``) and so runs twice. Each test gets a fresh,
 migrated database of its own, so tests stay independent, but the migrations run once per
 session: a SQLite test gets a copy of a migrated template file, a PostgreSQL test a database
-cloned from a migrated template database.
+cloned from a migrated template database, or one an earlier test on the same xdist worker used,
+emptied and renamed (tests/support/pg_pool.py: a clone costs the server far more).
 Without a reachable PostgreSQL they are skipped with a reason, unless HERALD_REQUIRE_POSTGRES=1
 (set by CI), which turns the skip into a failure.
 """
@@ -13,9 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,7 @@ from tests.support.pg_cluster import (
     RestartableDatabase,
     private_cluster,
 )
+from tests.support.pg_pool import DatabasePool
 from tests.support.smtp_server import LedgerSMTPServer
 
 # The suite runs on several xdist workers beside other load: a property test's verdict must not
@@ -50,6 +51,8 @@ PG_HOST = os.environ.get("HERALD_TEST_PG_HOST", "127.0.0.1")
 PG_PORT = int(os.environ.get("HERALD_TEST_PG_PORT", "5432"))
 PG_ADMIN_URL = f"postgresql://postgres@{PG_HOST}:{PG_PORT}/test"
 TEMPLATE_DB = f"herald_tpl_{os.getpid()}"
+# This worker's databases (tests/support/pg_pool.py), made by the pg_admin fixture.
+_pool: DatabasePool | None = None
 
 
 def _postgres_reachable() -> bool:
@@ -71,6 +74,18 @@ def require_postgres() -> None:
         _without_postgres(f"PostgreSQL not reachable on {PG_HOST}:{PG_PORT}")
 
 
+# The folders of the longest tests (real processes, the chaos suite: tens of seconds each, up
+# to minutes). They run first: pytest-xdist's worksteal hands out tests in collection order and
+# rebalances only tests not yet started, so a long test started near the end would run on alone
+# while the other workers idle (longest first is the classic remedy). Order within each group
+# is unchanged, so a package's tests stay together (tests/browser shares its world by package).
+LONG_FIRST = ("tests/chaos/", "tests/processes/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+
+
 @pytest.fixture(scope="session")
 def pg_admin() -> Iterator[Engine]:
     require_postgres()
@@ -85,22 +100,29 @@ def pg_admin() -> Iterator[Engine]:
     template = create_engine(f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{TEMPLATE_DB}")
     upgrade(template)
     template.dispose()
+    global _pool
+    _pool = DatabasePool(engine, TEMPLATE_DB, f"postgresql://postgres@{PG_HOST}:{PG_PORT}")
     yield engine
+    _pool.close()
+    _pool = None
     with engine.connect() as conn:
         conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{TEMPLATE_DB}" WITH (FORCE)')
     engine.dispose()
 
 
 def _new_pg_database(admin: Engine) -> tuple[str, str]:
-    name = f"herald_t_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
-    return name, f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{name}"
+    """An empty, migrated database of the caller's own (``admin`` is the pg_admin fixture,
+    which must be set up); give it back with ``_drop_pg_database``."""
+    assert _pool is not None, "take the pg_admin fixture first"
+    name = _pool.take()
+    return name, _pool.url(name)
 
 
 def _drop_pg_database(admin: Engine, name: str) -> None:
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """Done with ``name``: no one can reach it under that name any more (it is reset and kept
+    for another test under a new name, or dropped)."""
+    assert _pool is not None, "take the pg_admin fixture first"
+    _pool.give_back(name)
 
 
 @pytest.fixture(scope="session")
@@ -122,16 +144,25 @@ def _sqlite_copy(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty database URL; the test runs once per backend."""
-    if request.param == "sqlite":
+@contextmanager
+def fresh_database(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database on ``backend`` ("sqlite" or "postgresql"), as ``db_url``'s."""
+    if backend == "sqlite":
         yield _sqlite_copy(request, tmp_path)
         return
     admin = request.getfixturevalue("pg_admin")
     name, url = _new_pg_database(admin)
-    yield url
-    _drop_pg_database(admin, name)
+    try:
+        yield url
+    finally:
+        _drop_pg_database(admin, name)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database URL; the test runs once per backend."""
+    with fresh_database(request, request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ SQL one would."""
 from __future__ import annotations
 
 import dataclasses
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,8 +14,7 @@ import pytest
 from dispatch.outbox import Completion, Deferral, LeaseRow
 from dispatch.states import State, is_valid_path
 from herald.db import create_engine
-from herald.schema import upgrade
-from tests.conftest import PG_HOST, PG_PORT, TEMPLATE_DB
+from tests.conftest import fresh_database
 from tests.support.outboxes import Harness, ManualClock, MemoryHarness, SqlHarness, new_job
 
 
@@ -25,21 +23,10 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
     if request.param == "memory":
         yield MemoryHarness()
         return
-    if request.param == "sqlite":
-        engine = create_engine(f"sqlite:///{tmp_path / 'herald.db'}")
-        upgrade(engine)
+    with fresh_database(request, request.param, tmp_path) as url:  # as db_url's
+        engine = create_engine(url)
         yield SqlHarness(engine)
         engine.dispose()
-        return
-    admin = request.getfixturevalue("pg_admin")  # a clone of the migrated template, as db_url
-    name = f"herald_c_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"')
-    engine = create_engine(f"postgresql://postgres@{PG_HOST}:{PG_PORT}/{name}")
-    yield SqlHarness(engine)
-    engine.dispose()
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def past(seconds: float = 1) -> datetime:
