@@ -18,6 +18,7 @@ from dispatch.key_lookup import KeyPrefixError, match_prefix, normalise_prefix
 from dispatch.states import State
 from dispatch.store import OutboxStore, RecoveryReport
 from dispatch.supersede import superseded_keys
+from herald.db import reading
 from herald.errors import HeraldError, UsageError
 
 GRACE_SECONDS = 2.0
@@ -60,7 +61,7 @@ def recover(engine: Engine, *, actor: str, grace: float = GRACE_SECONDS) -> Reco
 def list_jobs(engine: Engine, state: State, campaign: str | None = None) -> list[Any]:
     """The jobs in ``state`` (rows with key, campaign, step, recipient, attempts, reasons)."""
     store = OutboxStore(engine.dialect.name)
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         return store.jobs_in_state(conn, state, campaign=campaign)
 
 
@@ -83,7 +84,7 @@ def resolve_keys(engine: Engine, keys: Sequence[str] | None) -> list[str] | None
         return None
     try:
         prefixes = [normalise_prefix(key) for key in keys]
-        with engine.connect() as conn:
+        with reading(engine) as conn:
             resolved = [match_prefix(conn, prefix) for prefix in prefixes]
     except KeyPrefixError as exc:
         if exc.invalid_input:
