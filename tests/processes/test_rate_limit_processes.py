@@ -94,7 +94,12 @@ def test_two_workers_hold_one_domain_to_its_rate_and_keep_busy_on_others(
     # Never faster: slots are taken at most 20 * 5 plus the burst of 5 in any 20 s (the
     # property test proves that bound); arrival adds network jitter, so here within 10 %.
     assert most_in_any_window(times, 20) <= 110
-    assert most_in_any_window(times, 1) <= 5 + 5 + 2  # burst + one second's worth + jitter
+    # And over 5 s: the burst + 5 s worth + jitter. Not over 1 s: a slot is taken right after
+    # the claim and the send follows when the worker has a concurrency slot free, so on a
+    # busy machine sends granted 0.2 s apart can arrive together (13 in one second seen in a
+    # loaded CI run: grants are exact, arrivals lag unevenly). The per-window bound on the
+    # grants themselves is tests/unit/test_rates.py's property.
+    assert most_in_any_window(times, 5) <= 5 + 25 + 2
     # The other domain was not held up behind the limited one.
     assert max(arrivals(server, "free.test")) < first + 10
 
