@@ -5,6 +5,7 @@ Every wait has a deadline; nothing sleeps for a verdict."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -185,7 +186,17 @@ def test_on_a_terminal_it_redraws_in_place_and_ctrl_c_exits_0(
         assert received.count(b"herald status") >= 2, received[-2000:]
         assert b"\x1b[" in received  # drawn for a terminal, not printed as for a pipe
         assert b"--- herald status" not in received
-        code = _interrupt(watch)
+        # Keep reading while it exits: its last redraw and the terminal reset after Ctrl-C are
+        # written to the pty, and a pty nobody drains blocks the writer (a hang, not an exit).
+        watch.send_signal(signal.SIGINT)
+        until = time.monotonic() + DEADLINE
+        while watch.poll() is None:
+            remaining = until - time.monotonic()
+            assert remaining > 0, "Ctrl-C did not end herald status --watch"
+            if select.select([master], [], [], min(remaining, 0.1))[0]:
+                with contextlib.suppress(OSError):  # the pty closes when the process ends
+                    received += os.read(master, 65536)
+        code = watch.wait()
     finally:
         if watch.poll() is None:
             watch.kill()
