@@ -15,6 +15,7 @@ layer of the contract in ``[tool.importlinter]``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,6 +71,25 @@ class UtcTimestamp(sa.types.TypeDecorator[datetime]):
             return datetime.fromtimestamp(value, UTC)
         assert isinstance(value, datetime)
         return value.astimezone(UTC)
+
+    def result_processor(
+        self, dialect: Dialect, coltype: Any
+    ) -> Callable[[Any], datetime | None] | None:
+        """On SQLite, epoch seconds straight to an aware datetime: the same values as
+        ``process_result_value``, without TypeDecorator's two calls and type tests per value
+        (2.5 of 3 µs a value; the drain reads one for every job it claims and starts)."""
+        if dialect.name != "sqlite" or self.impl_instance.result_processor(dialect, coltype):
+            return super().result_processor(dialect, coltype)
+        return _from_epoch
+
+
+def _from_epoch(value: Any) -> datetime | None:
+    # SQLite hands back the stored REAL (or an INTEGER); anything else fails here, as it would
+    # in process_result_value.
+    return None if value is None else _fromtimestamp(value, UTC)
+
+
+_fromtimestamp = datetime.fromtimestamp
 
 
 class db_now(FunctionElement[datetime]):
