@@ -32,7 +32,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 BIG = 2**62
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
-    ["", 'it\'s "quoted"', "a\x00b", "\x01\x1f\x7f", "é😀中", "\\x00", "'); --"]
+    ["", 'it\'s "quoted"', "a\x00b", "\x01\x1f\x7f", "é😀中", "\\x00", "\\u0000", "'); --"]
 )
 outcomes = st.tuples(
     st.sampled_from(
@@ -127,3 +127,44 @@ def test_json_is_only_for_finite_values() -> None:
     assert isinstance(
         dialect.SqliteForms().batch([(1, 1)], {"x": column}), dialect_sqlite._JsonBatch
     )
+
+
+@pytest.mark.parametrize(
+    ("target", "values"),
+    [
+        (State.SENT, ["id", "token", "code", "text", "detail"]),
+        (State.PENDING, ["id", "token", "code", "text", "detail", "retry_in"]),
+        (State.IN_DOUBT, ["id", "token", "code", "text", "detail", "reason"]),
+    ],
+)
+def test_a_completion_batch_carries_only_what_its_statement_reads(
+    sqlite_template: Path, tmp_path: Path, target: State, values: list[str]
+) -> None:
+    """Every value in the batch is encoded, bound and unpacked for every job: T5, the drain's
+    common case, sends none of the retry delay and in-doubt reason it never reads."""
+    if not dialect_sqlite.JSON_BATCHES:
+        pytest.skip("SQLite < 3.38: the CASE form only")
+    path = tmp_path / "outbox.db"
+    shutil.copyfile(sqlite_template, path)
+    engine = create_engine(f"sqlite:///{path}")
+    statements: list[str] = []
+    store = OutboxStore("sqlite")
+    try:
+        with engine.begin() as conn:
+            store.enqueue(conn, list(_jobs(1)))
+            (job,) = store.claim(conn, owner="w", limit=1, lease_seconds=600)
+            store.start_sends(conn, [job.lease], margin_seconds=0, actor="w")
+            event.listen(conn, "before_cursor_execute", lambda *a: statements.append(a[2]))
+            done = store.complete(
+                conn, [Completion(job.lease, target, 450, "busy", 30.0, "why")], actor="w"
+            )
+    finally:
+        engine.dispose()
+    assert done == {job.id}
+    (update,) = [s for s in statements if "json_each" in s]
+    named = [
+        n
+        for n in ("id", "token", "code", "text", "detail", "retry_in", "reason")
+        if f" AS {n}" in update
+    ]
+    assert named == values, update
