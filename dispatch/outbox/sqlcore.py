@@ -152,7 +152,10 @@ def _journal_sqlite(
                 from_state,
                 to_state,
                 actor,
-                detail if process is None or detail is None else process(detail),
+                # ForeignText's processing rewrites only NUL: tested here, not called per row.
+                detail
+                if process is None or detail is None or "\x00" not in detail
+                else process(detail),
             )
             for job_id, token, detail in done
         ]
