@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatch import commit_requests
+from dispatch import commit_requests, rate_gate, relay_requests
 from dispatch.commit_requests import Heartbeat, OutboxRequest
 from dispatch.committer import GroupCommitter
 from dispatch.models import send_event, send_job
@@ -359,10 +359,30 @@ def test_a_deadlock_abort_fails_only_its_batch_and_the_worker_carries_on(pg: Eng
 
 
 def test_which_requests_run_alone() -> None:
-    """The requests that may lock rows of jobs with another request in flight."""
+    """The requests that may lock rows of jobs with another request in flight, or shared rows
+    in no fixed order. Ordinary ones lock their own jobs' rows, campaign rows in name order
+    (the failure watch) and rate cells in key order (``Throttle``, last in its transaction)."""
     kinds = [
         k
-        for k in vars(commit_requests).values()
+        for module in (commit_requests, relay_requests, rate_gate)
+        for k in vars(module).values()
         if isinstance(k, type) and issubclass(k, OutboxRequest) and k is not OutboxRequest
     ]
-    assert {k.kind for k in kinds if k.exclusive} == {"heartbeat", "release", "defer", "recover"}
+    assert {k.kind for k in kinds if k.exclusive} == {
+        "heartbeat",
+        "release",
+        "defer",
+        "recover",
+        "relay_hand_back",
+        "relay_report",
+    }
+    assert {k.kind for k in kinds if not k.exclusive} == {
+        "complete",
+        "t4",
+        "settle",
+        "lease_state",
+        "has_work",
+        "next_due",
+        "claim",
+        "throttle",
+    }
