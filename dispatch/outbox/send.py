@@ -170,19 +170,21 @@ class SendOps(SqlBase):
         actor: str,
     ) -> set[int]:
         detail = {c.lease[0]: c.detail for c in group}  # computed once: journal and batch
-        batch = self.forms.batch(
-            [c.lease for c in group],
-            {
-                "code": Column(sa.Integer(), {c.lease[0]: c.code for c in group}),
-                "text": Column(ForeignText(), {c.lease[0]: c.text for c in group}),
-                "detail": Column(ForeignText(), detail),
-                "retry_in": Column(sa.Float(), {c.lease[0]: float(c.retry_in) for c in group}),
-                "reason": Column(
-                    ForeignText(), {c.lease[0]: c.in_doubt_reason or c.text for c in group}
-                ),
-            },
-        )
         target = transition.target
+        columns = {
+            "code": Column(sa.Integer(), {c.lease[0]: c.code for c in group}),
+            "text": Column(ForeignText(), {c.lease[0]: c.text for c in group}),
+            "detail": Column(ForeignText(), detail),
+        }
+        # Only the values this target writes: every column is one more array for the driver to
+        # dump element by element (text arrays through a regex each) and the server to unnest.
+        if target is State.PENDING:
+            columns["retry_in"] = Column(sa.Float(), {c.lease[0]: float(c.retry_in) for c in group})
+        if target is State.IN_DOUBT:
+            columns["reason"] = Column(
+                ForeignText(), {c.lease[0]: c.in_doubt_reason or c.text for c in group}
+            )
+        batch = self.forms.batch([c.lease for c in group], columns)
 
         def build() -> sa.Update:
             values: dict[str, Any] = {
