@@ -24,13 +24,15 @@ from the same queue: while one lane's transaction is in the server, the other bu
 the next, so the server's work overlaps the worker's Python instead of alternating with it.
 SQLite has one writer: one lane. Two lanes never deadlock on each other, because:
 
-- an ordinary request (T4, outcomes, settle, claim, reads) touches only rows of jobs whose
-  request it is, and a job has one request in flight at a time (its T5 is submitted after its
-  T4 resolved, its T4 after its claim): two lanes' ordinary batches lock disjoint rows. The
-  claim skips locked rows. The failure watch locks campaign rows, in name order, last in its
-  lane's locks on shared rows (nothing after it in that transaction waits on another lane);
-- a request that locks many rows it does not own in flight (``exclusive``: heartbeat, release,
-  deferral, recovery) runs in a transaction alone: its lane waits until no other lane is in a
+- an ordinary request (T4, outcomes, settle, claim, throttle, reads) locks only rows of jobs
+  whose request it is, and a job has one request in flight at a time (its T5 is submitted
+  after its T4 resolved, its T4 after its claim): two lanes' ordinary batches lock disjoint job
+  rows. The claim skips locked rows. Shared rows are taken in one global order: campaign rows
+  by name (the failure watch, with the outcomes), then rate cells by key (``Throttle``, last
+  in the transaction), so no two lanes can each hold one the other waits for;
+- a request that may lock rows of jobs with another request in flight, or shared rows in no
+  fixed order (``exclusive``: heartbeat, release, deferral, recovery, relay hand-backs and
+  reports), runs in a transaction alone: its lane waits until no other lane is in a
   transaction, and no lane starts one until it has committed (``_Turns``).
 
 A deadlock with another process (a second worker's recovery) is what it was with one lane: the
