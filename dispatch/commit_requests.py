@@ -58,6 +58,10 @@ class OutboxRequest(ABC, Generic[R]):
 
     kind: ClassVar[str]  # a name for statistics (``CommitterStats.by_kind``), nothing else
     order: ClassVar[int]  # position of this kind inside a transaction (lowest first)
+    # True: it may lock rows of jobs that have another request in flight (many leases at once,
+    # or anyone's expired ones), so its transaction runs with no other lane in one: see
+    # dispatch/committer.py, "Lanes". False: it touches only its own jobs' rows.
+    exclusive: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
@@ -132,6 +136,7 @@ class Heartbeat(OutboxRequest[set[int]]):
     leases: tuple[Lease, ...]
     kind: ClassVar[str] = "heartbeat"
     order: ClassVar[int] = 3
+    exclusive: ClassVar[bool] = True
 
     @classmethod
     def apply(
@@ -149,6 +154,7 @@ class Release(OutboxRequest[set[int]]):
     leases: tuple[Lease, ...]
     kind: ClassVar[str] = "release"
     order: ClassVar[int] = 4
+    exclusive: ClassVar[bool] = True
 
     @classmethod
     def apply(
@@ -167,6 +173,7 @@ class Defer(OutboxRequest[set[int]]):
     deferrals: tuple[Deferral, ...]
     kind: ClassVar[str] = "defer"
     order: ClassVar[int] = 5
+    exclusive: ClassVar[bool] = True
 
     @classmethod
     def apply(
@@ -201,6 +208,7 @@ class Recover(OutboxRequest[RecoveryReport]):
     grace_seconds: float
     kind: ClassVar[str] = "recover"
     order: ClassVar[int] = 7
+    exclusive: ClassVar[bool] = True
 
     @classmethod
     def apply(

@@ -15,9 +15,28 @@ If a batch fails, every request in it gets the exception; callers decide what a 
 
 Per request the hand-over costs one future and one list append: the requests made during one
 turn of the event loop cross to the database thread as one list (a thread wake-up per turn, not
-per request). The database thread keeps its connection while transactions follow each other
+per request). A database thread keeps its connection while transactions follow each other
 closely, so a busy drain does not check one out of the pool (with PostgreSQL's pre-ping, a
 round trip) per commit; after a pause or a failed transaction it takes a fresh one.
+
+Lanes. On PostgreSQL two database threads ("lanes"), each with its own connection, take batches
+from the same queue: while one lane's transaction is in the server, the other builds and sends
+the next, so the server's work overlaps the worker's Python instead of alternating with it.
+SQLite has one writer: one lane. Two lanes never deadlock on each other, because:
+
+- an ordinary request (T4, outcomes, settle, claim, throttle, reads) locks only rows of jobs
+  whose request it is, and a job has one request in flight at a time (its T5 is submitted
+  after its T4 resolved, its T4 after its claim): two lanes' ordinary batches lock disjoint job
+  rows. The claim skips locked rows. Shared rows are taken in one global order: campaign rows
+  by name (the failure watch, with the outcomes), then rate cells by key (``Throttle``, last
+  in the transaction), so no two lanes can each hold one the other waits for;
+- a request that may lock rows of jobs with another request in flight, or shared rows in no
+  fixed order (``exclusive``: heartbeat, release, deferral, recovery, relay hand-backs and
+  reports), runs in a transaction alone: its lane waits until no other lane is in a
+  transaction, and no lane starts one until it has committed (``_Turns``).
+
+A deadlock with another process (a second worker's recovery) is what it was with one lane: the
+batch fails, and every request in it sees the exception.
 """
 
 from __future__ import annotations
@@ -27,6 +46,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -41,6 +61,8 @@ from dispatch.store import OutboxStore
 R = TypeVar("R")
 
 MAX_BATCH = 2000  # requests per transaction; bounds statement size and lock time
+# Database threads on PostgreSQL (measured: bench/README.md, "Where the time goes").
+POSTGRES_LANES = 2
 # A connection idle this long goes back to the pool; the next transaction checks one out again
 # (PostgreSQL: pre-pinged), so a connection the server dropped during a pause is not used.
 HOLD_CONNECTION_SECONDS = 1.0
@@ -64,6 +86,48 @@ class CommitterStats:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
+class _Turns:
+    """Who may be in a transaction: any number of lanes with ordinary batches, or one lane
+    with an exclusive batch alone. A waiting exclusive batch goes before new ordinary ones
+    (a steady drain would otherwise keep a heartbeat waiting past the lease)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0  # lanes in an ordinary transaction
+        self._exclusive = False  # a lane is in an exclusive one
+        self._waiting = 0  # lanes waiting to start an exclusive one
+
+    @contextlib.contextmanager
+    def turn(self, exclusive: bool) -> Iterator[None]:
+        with self._cond:
+            if exclusive:
+                self._waiting += 1
+                while self._exclusive or self._shared:
+                    self._cond.wait()
+                self._waiting -= 1
+                self._exclusive = True
+            else:
+                while self._exclusive or self._waiting:
+                    self._cond.wait()
+                self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                if exclusive:
+                    self._exclusive = False
+                else:
+                    self._shared -= 1
+                self._cond.notify_all()
+
+
+class _Lane(threading.local):
+    """A database thread's own: its connection between transactions."""
+
+    conn: sa.Connection | None = None
+    used = 0.0  # monotonic time its last transaction ended
+
+
 class GroupCommitter:
     def __init__(
         self,
@@ -75,6 +139,7 @@ class GroupCommitter:
         t4_margin_seconds: float,
         instrumentation: Instrumentation = NULL_INSTRUMENTATION,
         failure_watch: FailureWatch | None = None,
+        lanes: int | None = None,
     ) -> None:
         self.engine = engine
         self.store = store
@@ -88,21 +153,33 @@ class GroupCommitter:
             failure_watch=failure_watch,
         )
         self.stats = CommitterStats()
+        self._stats_lock = threading.Lock()
         self._queue: queue.SimpleQueue[list[_Pending] | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="herald-db", daemon=True)
+        if lanes is None:  # SQLite has a single writer
+            lanes = POSTGRES_LANES if engine.dialect.name == "postgresql" else 1
+        if lanes < 1 or (lanes > 1 and engine.dialect.name == "sqlite"):
+            raise ValueError(f"lanes must be 1 on SQLite and at least 1 elsewhere, not {lanes}")
+        self.lanes = lanes
+        self._threads = [
+            threading.Thread(target=self._run, name=f"herald-db-{i}", daemon=True)
+            for i in range(lanes)
+        ]
+        self._turns = _Turns() if lanes > 1 else None
+        self._lane = _Lane()
         # Requests made during the current turn of each event loop, not yet handed over.
         self._outgoing: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
-        self._conn: sa.Connection | None = None  # the database thread's, between transactions
-        self._conn_used = 0.0  # monotonic time its last transaction ended
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
+        for _ in self._threads:  # one each: a lane that takes it ends after its batch
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
 
     # ------------------------------------------------------------ async API
 
@@ -159,18 +236,26 @@ class GroupCommitter:
 
     def _execute(self, batch: list[_Pending]) -> None:
         try:
-            results = self._transaction(batch)
+            if self._turns is None:
+                results = self._transaction(batch)
+            else:
+                exclusive = any(pending.request.exclusive for pending in batch)
+                with self._turns.turn(exclusive):
+                    results = self._transaction(batch)
         except Exception as exc:  # every request learns its batch failed; none is resolved OK
-            self.stats.failures += 1
+            with self._stats_lock:
+                self.stats.failures += 1
             for pending in batch:
                 _resolve(pending, exc=exc)
             return
-        self.stats.transactions += 1
-        self.stats.requests += len(batch)
-        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-        for pending in batch:
-            kind = pending.request.kind
-            self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
+        with self._stats_lock:
+            stats = self.stats
+            stats.transactions += 1
+            stats.requests += len(batch)
+            stats.largest_batch = max(stats.largest_batch, len(batch))
+            for pending in batch:
+                kind = pending.request.kind
+                stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
         _resolve_all(batch, results)
 
     def _transaction(self, batch: list[_Pending]) -> list[Any]:
@@ -183,18 +268,20 @@ class GroupCommitter:
             # The connection may be broken or its state unknown: the next batch takes another.
             self._release_connection()
             raise
-        self._conn_used = time.monotonic()
+        self._lane.used = time.monotonic()
         return results
 
     def _connection(self) -> sa.Connection:
-        if self._conn is not None and time.monotonic() - self._conn_used > HOLD_CONNECTION_SECONDS:
+        lane = self._lane
+        if lane.conn is not None and time.monotonic() - lane.used > HOLD_CONNECTION_SECONDS:
             self._release_connection()
-        if self._conn is None:
-            self._conn = self.engine.connect()
-        return self._conn
+        if lane.conn is None:
+            lane.conn = self.engine.connect()
+        return lane.conn
 
     def _release_connection(self) -> None:
-        conn, self._conn = self._conn, None
+        lane = self._lane
+        conn, lane.conn = lane.conn, None
         if conn is not None:
             with contextlib.suppress(Exception):  # a broken connection is discarded all the same
                 conn.close()

@@ -23,6 +23,7 @@ class RelayHandBack(OutboxRequest[set[int]]):
     why: str
     kind: ClassVar[str] = "relay_hand_back"
     order: ClassVar[int] = 4  # with the other hand-backs (W1)
+    exclusive: ClassVar[bool] = True  # many leases at once (dispatch/committer.py, "Lanes")
 
     @classmethod
     def apply(
@@ -46,6 +47,8 @@ class RelayReport(OutboxRequest[bool]):
     error: str | None = None
     kind: ClassVar[str] = "relay_report"
     order: ClassVar[int] = 6
+    # Reports of several relays lock their rows in the batch's order: not beside another lane.
+    exclusive: ClassVar[bool] = True
 
     @classmethod
     def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[bool]:
