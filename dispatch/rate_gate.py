@@ -7,8 +7,9 @@ of one deployment must share the setting).
 
 The slot is taken at the door to the wire, not at the claim: ``SlotThenStart`` takes the
 slots a job needs and performs its T4 (claimed → sending) in ONE transaction, so the moment the
-job may be sent and the moment its slot was granted are the same database instant, and T4's
-``send_started_at`` is that instant. A job then goes out on a connection it already holds (RCPT
+job may be sent and the moment its slot was granted are one database moment (T4's
+``send_started_at``: the same ``now()`` on PostgreSQL; SQLite reads its clock per statement,
+milliseconds apart, with the write lock held in between). A job then goes out on a connection it already holds (RCPT
 accepted), so the relay sees at most ``rate * t + burst`` sends in any window of ``t`` seconds
 however the worker's tasks were scheduled (a slot taken at the claim, then a wait for a free
 concurrency slot, let sends granted 0.2 s apart arrive together). A job refused a slot is handed
