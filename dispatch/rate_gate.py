@@ -9,10 +9,11 @@ The slot is taken at the door to the wire, not at the claim: ``SlotThenStart`` t
 slots a job needs and performs its T4 (claimed → sending) in ONE transaction, so the moment the
 job may be sent and the moment its slot was granted are one database moment (T4's
 ``send_started_at``: the same ``now()`` on PostgreSQL; SQLite reads its clock per statement,
-milliseconds apart, with the write lock held in between). A job then goes out on a connection it already holds (RCPT
-accepted), so the relay sees at most ``rate * t + burst`` sends in any window of ``t`` seconds
-however the worker's tasks were scheduled (a slot taken at the claim, then a wait for a free
-concurrency slot, let sends granted 0.2 s apart arrive together). A job refused a slot is handed
+milliseconds apart, with the write lock held in between). A job then goes out on a
+connection it already holds (RCPT accepted), so the relay sees at most ``rate * t + burst``
+sends in any window of ``t`` seconds however the worker's tasks were scheduled (a slot taken
+at the claim, then a wait for a free concurrency slot, let sends granted 0.2 s apart arrive
+together). A job refused a slot is handed
 back in that same transaction (W3: ``pending`` due at its estimated slot, uncounted, no attempt
 used) and its SMTP transaction is reset: nothing of it went out.
 
