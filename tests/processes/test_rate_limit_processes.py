@@ -123,8 +123,9 @@ def test_two_workers_hold_one_domain_to_its_rate_and_keep_busy_on_others(
     lag = max(at[m] - started[m] for m in at)
     assert min(at[m] - started[m] for m in at) > 0
     assert most_in_any_window(times, 1.0) <= int(5 * (1 + lag + EPSILON) + burst(5)), lag
-    # The other domain was not held up behind the limited one.
-    assert max(arrivals(server, "free.test")) < first + 10
+    # The other domain was not held up behind the limited one: all of it was in before half
+    # of the limited domain's (events, not seconds: its 0.5 s replies set its own pace).
+    assert max(arrivals(server, "free.test")) < times[len(times) // 2]
 
 
 def test_a_421_slows_that_domain_only(tmp_path: Path, engine: Engine, db_url: str) -> None:
