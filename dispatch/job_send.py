@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from enum import Enum
 
 from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import Instrumentation
@@ -33,6 +34,13 @@ from dispatch.worker_report import WorkerReport
 log = logging.getLogger("herald.worker")  # the worker's logger: these are the worker's events
 
 PAYLOAD_PRUNED = "payload pruned"  # the outcome text of a claimed job whose payload is gone
+
+
+class _NotStarted(Enum):
+    """Why a job did not cross T4."""
+
+    REFUSED = "T4's guard refused: the job is settled (``Settle``)"
+    HANDED_BACK = "no slot of its rate limits: handed back until its slot (W3)"
 
 
 class JobSender:
@@ -100,6 +108,8 @@ class JobSender:
         finally:
             self.leases.drop(job.id)
             self.past_t4.discard(job.id)
+            if self.rates is not None:
+                self.rates.forget(job.id)
             self._off_the_wire(job)
 
     def _off_the_wire(self, job: ClaimedJob) -> None:
@@ -160,9 +170,10 @@ class JobSender:
             await self.release(job)
             return
         started_at = await self._start_send(job)
-        if started_at is None:
-            await prepared.abandon()
-            await self._settle(job)
+        if not isinstance(started_at, datetime):
+            await prepared.abandon()  # RSET: nothing of the message went out
+            if started_at is _NotStarted.REFUSED:
+                await self._settle(job)
             return
         self.past_t4.add(job.id)
         await self.instrumentation.after_t4_commit(job)
@@ -175,15 +186,25 @@ class JobSender:
         await self._finish(job, outcome, before_data=False)
         await self.instrumentation.after_t5_commit(job)
 
-    async def _start_send(self, job: ClaimedJob) -> datetime | None:
+    async def _start_send(self, job: ClaimedJob) -> datetime | _NotStarted:
         """T4, and the rule for a commit whose outcome is unknown: re-read before sending.
 
-        Returns when the job crossed T4 (the message's Date), or None if it may not go out.
+        A job under rate limits takes its slots in T4's own transaction (``RateGate.start``):
+        the grant and the door to the wire are one moment, so the relay sees the limit.
+        Returns when the job crossed T4 (the message's Date), or why it may not go out.
         """
+        keys = self.rates.admitted_keys(job.id) if self.rates is not None else ()
         await self.instrumentation.before_t4(job)
         while True:
             try:
-                return await self.outbox.start_send(job.lease)
+                if not keys:
+                    started = await self.outbox.start_send(job.lease)
+                    return _NotStarted.REFUSED if started is None else started
+                assert self.rates is not None
+                slotted = await self.rates.start(job, keys)
+                if slotted.started is not None:
+                    return slotted.started
+                return _NotStarted.REFUSED if slotted.due is None else _NotStarted.HANDED_BACK
             except Exception as exc:
                 log.warning(
                     "T4 commit failed for job %s: %s; re-reading",
@@ -197,8 +218,10 @@ class JobSender:
                 # Our T4 did commit: the row carries our token in sending, and the moment
                 # it recorded, so the Date is the one a successful commit would have given.
                 return row.send_started_at or self.clock()
+            if keys and state == State.PENDING.value:
+                return _NotStarted.HANDED_BACK  # refused a slot: W3 committed with our token
             if state != State.CLAIMED.value or not self._lease_left(job):
-                return None
+                return _NotStarted.REFUSED
 
     async def _reread(self, job: ClaimedJob) -> LeaseRow | None:
         while self._lease_left(job):

@@ -1,19 +1,42 @@
-"""W3 in the worker: claims without a slot of their rate limits are handed back, uncounted.
+"""W3 in the worker: a send takes its rate-limit slots in its T4 transaction, or goes back.
 
 The limits (``dispatch.rates``) are shared by every worker through the ``rate_limit`` table: a
 campaign's (``rate: 50/s`` in its file, written there at launch) and its recipient domain's
 (the defaults, or ``HERALD_DOMAIN_RATES``; each worker writes its own at start, so the workers
-of one deployment must share the setting). Right after a claim, the jobs that fall under a
-limit ask for a slot; those refused go back to ``pending`` due at their estimated slot (W3),
-in the same transaction, and the worker sends the rest, so it keeps busy on other domains.
+of one deployment must share the setting).
+
+The slot is taken at the door to the wire, not at the claim: ``SlotThenStart`` takes the
+slots a job needs and performs its T4 (claimed → sending) in ONE transaction, so the moment the
+job may be sent and the moment its slot was granted are one database moment (T4's
+``send_started_at``: the same ``now()`` on PostgreSQL; SQLite reads its clock per statement,
+milliseconds apart, with the write lock held in between). A job then goes out on a
+connection it already holds (RCPT accepted), so the relay sees at most ``rate * t + burst``
+sends in any window of ``t`` seconds however the worker's tasks were scheduled (a slot taken
+at the claim, then a wait for a free concurrency slot, let sends granted 0.2 s apart arrive
+together). A job refused a slot is handed
+back in that same transaction (W3: ``pending`` due at its estimated slot, uncounted, no attempt
+used) and its SMTP transaction is reset: nothing of it went out.
+
+No slot leaks: a slot is only taken in the transaction that starts the send. The only slot
+spent without a send is one taken for a job whose T4 guard then refuses (its lease was lost,
+or it was cancelled meanwhile), or whose send fails between T4 and DATA: under-use, never a
+send over the limit.
+
+At the claim, nothing is taken; ``admit`` only keeps a worker from starting SMTP transactions
+that would be refused: per limited key it lets at most a burst's worth of its claims wait for
+T4, and after a refusal it knows the key is dry until the refused job's slot. The rest go back
+at once (W3), due when a slot is expected. These estimates are the worker's own (its clock, its
+claims); the grant at T4 is the only authority.
 
 A job under no limit costs nothing here: which campaigns have a limit is read at start, when
-a claim brings a campaign not seen before, and every ``refresh_seconds``, never per job.
+a claim brings a campaign not seen before, and every ``refresh_seconds``, never per job; its
+T4 is the plain one.
 
 A 421, 451 or 454 reply from a limited domain halves that domain's rate for a while
 (``observe``). The slowdown and the refresh run in their own short transactions, not the
 group commit's: a transaction that moves rate cells must take them in sorted order (so
-PostgreSQL's row locks never wait in a cycle), and these would break that order.
+PostgreSQL's row locks never wait in a cycle), and these would break that order. In the group
+commit only ``SlotThenStart`` moves cells, all of its batch's in one sorted pass.
 """
 
 from __future__ import annotations
@@ -22,45 +45,87 @@ import asyncio
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import ClassVar, Self
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar, NamedTuple, Self
 
 import sqlalchemy as sa
 
-from dispatch.commit_requests import CommitContext, OutboxRequest, Release
+from dispatch.commit_requests import CommitContext, OutboxRequest
 from dispatch.committer import GroupCommitter
 from dispatch.held_leases import HeldLeases
-from dispatch.rates import SLOWDOWN_CODES, campaign_key, domain_key, domain_of
-from dispatch.store import ClaimedJob, Deferral, SlotAsk
+from dispatch.rates import SLOWDOWN_CODES, burst, campaign_key, domain_key, domain_of
+from dispatch.store import ClaimedJob, Deferral, Lease, SlotAsk
 from dispatch.transport import Outcome
 from dispatch.worker_report import WorkerReport
 
 log = logging.getLogger("herald.worker")  # the worker's logger: these are the worker's events
 
+# Seconds: the longest a refusal keeps a key dry in the worker's estimate (a clock far off the
+# database's must not hold a key back for long; T4 would refuse again anyway).
+_MAX_DRY = 60.0
 
-@dataclass(frozen=True)
-class Throttle(OutboxRequest[dict[int, datetime]]):
-    """Take the slots these claims need; hand back (W3) those refused, due at their slot.
-    Returns the refused ids of this request and when they are due."""
 
-    asks: tuple[SlotAsk, ...]
-    kind: ClassVar[str] = "throttle"
+class Slotted(NamedTuple):
+    """What ``SlotThenStart`` did for one job: ``started`` is T4's moment (the job may go out);
+    ``due`` says it got no slot and was handed back (W3) until then; both None: its T4 guard
+    refused (the lease is no longer ours, or the job was cancelled: settle it)."""
+
+    started: datetime | None
+    due: datetime | None
+
+
+@dataclass(slots=True)
+class SlotThenStart(OutboxRequest[Slotted]):
+    """T4 for a job under rate limits: take a slot of each of ``keys``, then T4 in the same
+    transaction; a job refused a slot is handed back (W3) instead, due at its slot."""
+
+    lease: Lease
+    keys: tuple[str, ...]
+    kind: ClassVar[str] = "t4_slot"
+    order: ClassVar[int] = 1  # with the plain T4s: after the outcomes, before the claims
+
+    @classmethod
+    def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[Slotted]:
+        refused = ctx.store.acquire_slots(conn, [SlotAsk(r.lease, r.keys) for r in batch])
+        handed: set[int] = set()
+        if refused:
+            deferrals = [
+                Deferral(r.lease, refused[r.lease[0]]) for r in batch if r.lease[0] in refused
+            ]
+            handed = ctx.store.rate_limited_claims(conn, deferrals, actor=ctx.owner)
+        granted = [r.lease for r in batch if r.lease[0] not in refused]
+        started: dict[int, datetime] = {}
+        if granted:
+            started = ctx.store.start_sends(
+                conn, granted, margin_seconds=ctx.t4_margin_seconds, actor=ctx.owner
+            )
+            if started:
+                ctx.instrumentation.before_t4_commit([g for g in granted if g[0] in started])
+        return [
+            Slotted(started.get(r.lease[0]), refused[r.lease[0]] if r.lease[0] in handed else None)
+            for r in batch
+        ]
+
+
+@dataclass(slots=True)
+class RateLimited(OutboxRequest[set[int]]):
+    """W3 without a slot asked: claims the worker expects no slot for soon (``admit``); the
+    ids handed back (the batch's whole set, to each)."""
+
+    deferrals: tuple[Deferral, ...]
+    kind: ClassVar[str] = "rate_limited"
     order: ClassVar[int] = 11  # after the claim: it is about claims already made
 
     @classmethod
     def apply(
         cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]
-    ) -> list[dict[int, datetime]]:
-        asks = [ask for r in batch for ask in r.asks]
-        refused = ctx.store.acquire_slots(conn, asks)
-        deferrals = [Deferral(lease, refused[lease[0]]) for lease in _leases(asks, refused)]
-        ctx.store.rate_limited_claims(conn, deferrals, actor=ctx.owner)
-        return [
-            {a.lease[0]: refused[a.lease[0]] for a in r.asks if a.lease[0] in refused}
-            for r in batch
-        ]
+    ) -> list[set[int]]:
+        deferrals = [d for r in batch for d in r.deferrals]
+        handed = ctx.store.rate_limited_claims(conn, deferrals, actor=ctx.owner)
+        return [handed for _ in batch]
 
 
 # A bare dot-atom address (no display name, comment, quoting or route): the common case, whose
@@ -76,10 +141,6 @@ def recipient_domain(recipient: str) -> str:
     """``dispatch.rates.domain_of``, with a fast path for plain addresses (same result)."""
     plain = _PLAIN_ADDRESS.fullmatch(recipient)
     return plain.group(1).lower() if plain else domain_of(recipient)
-
-
-def _leases(asks: Sequence[SlotAsk], refused: Mapping[int, datetime]) -> list[tuple[int, int]]:
-    return [ask.lease for ask in asks if ask.lease[0] in refused]
 
 
 class RateGate:
@@ -99,6 +160,11 @@ class RateGate:
         self.domain_rates = dict(domain_rates)
         self.refresh_seconds = refresh_seconds
         self._campaigns: set[str] = set()  # campaigns with a limit, as last read
+        self._campaign_rates: dict[str, float] = {}  # their rates (per second), as last read
+        # Claims admitted under a limit and not yet at T4, with the keys they will ask for.
+        self._admitted: dict[int, tuple[str, ...]] = {}
+        # Monotonic time until which a key is known to have no slot (learned from a refusal).
+        self._dry_until: dict[str, float] = {}
         self._seen: set[str] = set()  # campaigns whose limit (or none) was read
         self._read_at: float | None = None
         self._domains_written = False
@@ -106,32 +172,84 @@ class RateGate:
     # ------------------------------------------------------------ at claim
 
     async def admit(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        """The ``jobs`` that got every slot they need (or need none); the others are handed
-        back until their slot (W3)."""
+        """The ``jobs`` that may go on to their T4 (those under no limit, and a burst's worth
+        per limited key); the others are handed back at once (W3) until a slot is expected.
+        No slot is taken here: ``start`` takes it."""
         if not jobs:
             return jobs
         await self._refresh(jobs)
-        asks = [SlotAsk(job.lease, keys) for job in jobs if (keys := self.keys_of(job))]
-        if not asks:
-            return jobs  # the fast path: no limit applies, no statement
-        try:
-            refused = await self.committer.submit(Throttle(tuple(asks)))
-        except Exception as exc:
-            # Unknown whether the slots were taken: send none of these now. W1 gives back
-            # what is still ours (the claim uncounted); the rest was handed back already.
-            log.warning(
-                "rate limit check failed for %d claims: %s",
-                len(asks),
-                exc,
-                extra={"event": "rate_check_failed", "count": len(asks)},
-            )
-            await self._release([ask.lease for ask in asks])
-            asked = {ask.lease[0] for ask in asks}
-            return [job for job in jobs if job.id not in asked]
-        for job_id in refused:
-            self.leases.drop(job_id)
-        self.report.rate_limited += len(refused)
-        return [job for job in jobs if job.id not in refused]
+        self._forget_unheld()
+        waiting = Counter(key for keys in self._admitted.values() for key in keys)
+        now = time.monotonic()
+        wall = datetime.now(UTC)
+        behind: Counter[str] = Counter()  # handed back in this batch, per key
+        deferrals: list[Deferral] = []
+        for job in jobs:
+            keys = self.keys_of(job)
+            if not keys:
+                continue
+            due = self._expected_slot(keys, waiting, behind, now)
+            if due is None:
+                self._admitted[job.id] = keys
+                waiting.update(keys)
+            else:
+                deferrals.append(Deferral(job.lease, wall + timedelta(seconds=due)))
+                behind.update(keys)
+        if not deferrals:
+            return jobs
+        await self._hand_back(deferrals)
+        back = {d.lease[0] for d in deferrals}
+        return [job for job in jobs if job.id not in back]
+
+    def _expected_slot(
+        self, keys: tuple[str, ...], waiting: Counter[str], behind: Counter[str], now: float
+    ) -> float | None:
+        """None if a job with these keys may wait for its T4 now; else in how many seconds
+        a slot is expected (this worker's estimate: the grant at T4 decides)."""
+        later = 0.0
+        for key in keys:
+            interval = 1.0 / self._rate_of(key)
+            dry = self._dry_until.get(key, 0.0) - now
+            if dry > 0:
+                later = max(later, dry + behind[key] * interval)
+            elif waiting[key] >= burst(self._rate_of(key)):
+                later = max(later, (behind[key] + 1) * interval)
+        return later or None
+
+    def _rate_of(self, key: str) -> float:
+        kind, _, name = key.partition(":")
+        rates = self.domain_rates if kind == "domain" else self._campaign_rates
+        return rates.get(name) or 1.0  # a limit removed meanwhile: T4 will find no cell
+
+    def _forget_unheld(self) -> None:
+        """Stop counting claims that ended without reaching ``start`` (a safety net: the
+        sender forgets each job when its send ends)."""
+        held = self.leases.jobs
+        for job_id in [j for j in self._admitted if j not in held]:
+            del self._admitted[job_id]
+
+    def forget(self, job_id: int) -> None:
+        """``job_id`` no longer waits for its T4 (started, refused, or its send ended)."""
+        self._admitted.pop(job_id, None)
+
+    def admitted_keys(self, job_id: int) -> tuple[str, ...]:
+        """The limited keys ``job_id`` must take a slot of at T4 (() for a job under none)."""
+        return self._admitted.get(job_id, ())
+
+    # ------------------------------------------------------------ at T4
+
+    async def start(self, job: ClaimedJob, keys: tuple[str, ...]) -> Slotted:
+        """T4 with the slots of ``keys`` taken in the same transaction (``SlotThenStart``).
+        Raises if the commit failed: then neither or both happened (one transaction)."""
+        slotted = await self.committer.submit(SlotThenStart(job.lease, keys))
+        self.forget(job.id)
+        if slotted.due is not None:
+            self.leases.drop(job.id)
+            self.report.rate_limited += 1
+            if len(keys) == 1:  # which key refused is certain only then
+                wait = (slotted.due - datetime.now(UTC)).total_seconds()
+                self._dry_until[keys[0]] = time.monotonic() + min(max(wait, 0.0), _MAX_DRY)
+        return slotted
 
     def keys_of(self, job: ClaimedJob) -> tuple[str, ...]:
         keys: list[str] = []
@@ -143,14 +261,20 @@ class RateGate:
                 keys.append(domain_key(domain))
         return tuple(keys)
 
-    async def _release(self, leases: list[tuple[int, int]]) -> None:
-        for job_id, _ in leases:
-            self.leases.drop(job_id)
+    async def _hand_back(self, deferrals: list[Deferral]) -> None:
+        for deferral in deferrals:
+            self.leases.drop(deferral.lease[0])
         try:
-            released = await self.committer.submit(Release(tuple(leases)))
-        except Exception:
-            return  # the claims lapse and recovery gives them back (R1)
-        self.report.released += len(released)
+            handed = await self.committer.submit(RateLimited(tuple(deferrals)))
+        except Exception as exc:
+            log.warning(
+                "handing back %d rate-limited claims failed: %s",
+                len(deferrals),
+                exc,
+                extra={"event": "rate_hand_back_failed", "count": len(deferrals)},
+            )
+            return  # never sent by this worker: the claims lapse and recovery gives them back (R1)
+        self.report.rate_limited += len(handed)
 
     # ------------------------------------------------------------ which campaigns are limited
 
@@ -165,11 +289,14 @@ class RateGate:
             # Keep the last known limits (none at first: then domain limits still apply).
             log.warning("reading rate limits failed: %s", exc, extra={"event": "rate_read_failed"})
             return
-        self._campaigns = {key.removeprefix("campaign:") for key in limited}
+        self._campaign_rates = {
+            key.removeprefix("campaign:"): rate for key, rate in limited.items()
+        }
+        self._campaigns = set(self._campaign_rates)
         self._seen = self._campaigns | {job.campaign for job in jobs}
         self._read_at = now
 
-    def _read_limits(self) -> set[str]:
+    def _read_limits(self) -> dict[str, float]:
         """One short transaction: write this worker's domain limits (the first time), read
         which campaigns have one."""
         store = self.committer.store
@@ -180,7 +307,7 @@ class RateGate:
                 }
                 store.set_rates(conn, limits)
                 self._domains_written = True
-            return set(store.rate_limits(conn, "campaign:"))
+            return store.rate_limits(conn, "campaign:")
 
     # ------------------------------------------------------------ after a reply
 

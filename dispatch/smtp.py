@@ -31,6 +31,7 @@ from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.message_date import with_date
 from dispatch.return_path import VerpReturnPath
+from dispatch.smtp_plain import is_plain, mail_plain, rcpt_plain
 from dispatch.smtp_relay_causes import relay_cause
 from dispatch.transport import (
     Envelope,
@@ -301,10 +302,16 @@ class SmtpTransport:
         mail_answered = False
         try:
             sender = self.mail_from(envelope)
-            options, encoding = _mail_options(sender, envelope.recipient)
-            await client.mail(sender, options=options, encoding=encoding)
-            mail_answered = True
-            await client.rcpt(envelope.recipient, encoding=encoding)
+            recipient = envelope.recipient
+            if is_plain(sender) and is_plain(recipient):
+                await mail_plain(client, sender)
+                mail_answered = True
+                await rcpt_plain(client, recipient)
+            else:
+                options, encoding = _mail_options(sender, recipient)
+                await client.mail(sender, options=options, encoding=encoding)
+                mail_answered = True
+                await client.rcpt(recipient, encoding=encoding)
         except aiosmtplib.SMTPResponseException as exc:
             where = "RCPT" if isinstance(exc, aiosmtplib.SMTPRecipientRefused) else "SMTP"
             if isinstance(exc, aiosmtplib.SMTPSenderRefused):

@@ -125,7 +125,7 @@ class Worker:
             stopping=lambda: self.stopping,
             stop_for=self._stop_for,
             observer=observer,
-            slot_freed=self._wake.set,
+            slot_freed=self._slot_freed,
         )
         # A transport that cannot be used as configured stops the worker; run() raises it. So
         # does an unreachable relay with --until-idle (dispatch.relay_circuit).
@@ -202,13 +202,7 @@ class Worker:
             if worth_claiming and not recently_dry and not self.relay.holding():
                 claimed = len(await self._claim(room))
                 self._dry_since = None if claimed else time.monotonic()
-            # A slot is a send on the wire; sends whose outcome is being committed hold none.
-            while self._backlog and self.sender.on_wire < cfg.concurrency:
-                job = self._backlog.popleft()
-                self.sender.occupy(job)
-                task = asyncio.create_task(self.sender.send(job))
-                self._inflight.add(task)
-                task.add_done_callback(self._on_task_done)
+            self._start_sends()
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:
                 continue  # the queue is flowing: fill up before waiting
             if self._inflight or self._backlog:
@@ -219,6 +213,24 @@ class Worker:
                 return
             self._wake.clear()
             await self._wait_wake(await self._idle_wait())
+
+    def _start_sends(self) -> None:
+        """Give every free slot a job of the backlog. A slot is a send on the wire; sends whose
+        outcome is being committed hold none."""
+        while self._backlog and self.sender.on_wire < self.config.concurrency:
+            job = self._backlog.popleft()
+            self.sender.occupy(job)
+            task = asyncio.create_task(self.sender.send(job))
+            self._inflight.add(task)
+            task.add_done_callback(self._on_task_done)
+
+    def _slot_freed(self) -> None:
+        """A send left the wire: its slot goes to the next job of the backlog at once, not
+        when the dispatch loop next runs (it may be waiting for a claim's commit, and the
+        relay connection would idle meanwhile); the loop is woken to claim more."""
+        if not self.stopping:  # stopping: unstarted claims are released, never started
+            self._start_sends()
+        self._wake.set()
 
     def _on_task_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

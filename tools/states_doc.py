@@ -102,7 +102,8 @@ NOTES: dict[str, tuple[str, str]] = {
         "window's next opening, without counting the claim.",
     ),
     "W3": (
-        "worker, right after the claim (dispatch.rate_gate)",
+        "worker, in place of T4 (the slot is taken in T4's transaction), or right after the "
+        "claim for claims it expects no slot for soon (dispatch.rate_gate)",
         "The job's campaign (`rate:`) or recipient domain (defaults, `HERALD_DOMAIN_RATES`) "
         "has no slot free now in the shared `rate_limit` cell: back to pending with "
         "`not_before` at its estimated slot, without counting the claim or an attempt, so the "

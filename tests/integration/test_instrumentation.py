@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from campaigns.control import register
 from campaigns.spec import load_campaign
 from dispatch.instrumentation import NullInstrumentation
-from dispatch.models import send_job
+from dispatch.models import rate_limit, send_job
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.store import ClaimedJob, Lease
 from dispatch.transport import Envelope
@@ -99,3 +99,70 @@ def test_a_send_passes_every_named_point_in_order(
         "after_t5_commit",
     ]
     assert recorder.state_seen_before_t4_commit == ["claimed"]
+
+
+class CellRecorder(Recorder):
+    """Also notes, inside T4's transaction, whether another connection sees the slot taken."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        self.tat_seen_before_t4_commit: list[object] = []
+
+    def before_t4_commit(self, leases: Sequence[Lease]) -> None:
+        super().before_t4_commit(leases)
+        with self.reader.connect() as conn:
+            self.tat_seen_before_t4_commit.append(
+                conn.execute(
+                    sa.select(rate_limit.c.tat).where(rate_limit.c.key == "domain:example.com")
+                ).scalar_one()
+            )
+
+
+def test_a_rate_limited_send_takes_its_slot_in_t4s_transaction_and_data_follows_it(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    (tmp_path / "c.yaml").write_text(ONE)
+    loaded = load_campaign(tmp_path / "c.yaml")
+    materialise(
+        engine, loaded, register(engine, loaded, now=datetime.now(UTC)).campaign.launched_at
+    )
+    recorder = CellRecorder(engine)
+    config = SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10)
+    transport = SmtpTransport(config, instrumentation=recorder)
+    worker = Worker(
+        engine,
+        {"email": transport},
+        fast_config(domain_rates={"example.com": 5.0}),
+        instrumentation=recorder,
+    )
+
+    try:
+        assert asyncio.run(worker.run()).sent == 1
+    finally:
+        recorder.reader.dispose()
+    # The same door: RCPT, then T4 (with the slot), committed before any byte of DATA.
+    assert recorder.events == [
+        "after_claim_commit:1",
+        "after_rcpt",
+        "before_t4",
+        "before_t4_commit:1",
+        "after_t4_commit",
+        "after_data_write",
+        "after_250_before_t5",
+        "after_t5_commit",
+    ]
+    # Inside T4's transaction neither the T4 nor the slot is visible: they commit as one.
+    assert recorder.state_seen_before_t4_commit == ["claimed"]
+    assert recorder.tat_seen_before_t4_commit == [None]
+    with engine.connect() as conn:
+        tat = conn.execute(
+            sa.select(rate_limit.c.tat).where(rate_limit.c.key == "domain:example.com")
+        ).scalar_one()
+        started = conn.execute(sa.select(send_job.c.send_started_at)).scalar_one()
+    assert tat is not None
+    # The slot's moment (TAT minus one interval) is T4's: the same instant on PostgreSQL (one
+    # transaction, one now()); SQLite reads its clock per statement, so the slot may come a
+    # few milliseconds before T4's stamp, the write lock held in between.
+    granted = tat.timestamp() - 1 / 5
+    assert started.timestamp() - granted + 1e-3 >= 0
+    assert started.timestamp() - granted < 0.5

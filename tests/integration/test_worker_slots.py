@@ -1,6 +1,7 @@
 """The worker's ``concurrency`` counts sends on the wire: a send whose reply to DATA is in gives
 its slot to the next one while its outcome (T5) is still being committed, and no more than
-``concurrency`` sends are ever between their RCPT and their reply to DATA."""
+``concurrency`` sends are ever between their RCPT and their reply to DATA. A slot freed while
+the worker waits for a claim's commit goes to the next job of the backlog at once."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from pathlib import Path
 
 from sqlalchemy.engine import Engine
 
+from dispatch.committer import GroupCommitter
 from dispatch.instrumentation import NullInstrumentation
+from dispatch.outbox_client import OutboxClient
+from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State
 from dispatch.store import ClaimedJob, OutboxStore
+from dispatch.worker import Worker
 from tests.support.campaign_files import fast_config, run_worker
 from tests.support.factories import launch, write_yaml
 from tests.support.smtp_server import LedgerSMTPServer
@@ -81,3 +86,65 @@ def test_a_send_whose_outcome_is_being_committed_holds_no_slot(
     with engine.connect() as conn:
         sent = store.jobs_in_state(conn, State.SENT)
     assert sorted(smtp_server.accepted_ids()) == sorted(job.message_id for job in sent)
+
+
+TWELVE = THREE.replace(
+    "audience: [a@example.com, b@example.com, c@example.com]",
+    "audience: [" + ", ".join(f"r{i}@example.com" for i in range(12)) + "]",
+)
+
+
+class NewSendWatch(NullInstrumentation):
+    """Tells a waiting claim when a send that was not on the wire when the claim began has its
+    RCPT accepted."""
+
+    def __init__(self) -> None:
+        self.on_wire_before: set[int] = set()
+        self.new_send = asyncio.Event()
+
+    async def after_rcpt(self, job: ClaimedJob) -> None:
+        if job.id not in self.on_wire_before:
+            self.new_send.set()
+
+
+class ClaimsWaitForANewSend(OutboxClient):
+    """A claim made while the backlog holds jobs is held until a new send has started (or a
+    deadline passes: then it counts as missed). A worker that refills slots only between
+    claims starts nothing meanwhile."""
+
+    def __init__(self, committer: GroupCommitter, worker: Worker, watch: NewSendWatch) -> None:
+        super().__init__(committer)
+        self.worker = worker
+        self.watch = watch
+        self.held = 0
+        self.missed = 0
+
+    async def claim(self, limit: int) -> list[ClaimedJob]:
+        if self.worker._backlog and self.held < 3:
+            self.held += 1
+            self.watch.on_wire_before = set(self.worker.sender._on_wire)
+            self.watch.new_send.clear()
+            try:
+                await asyncio.wait_for(self.watch.new_send.wait(), NEXT_SEND_DEADLINE)
+            except TimeoutError:
+                self.missed += 1
+        return await super().claim(limit)
+
+
+def test_a_slot_freed_while_a_claim_commits_goes_to_the_backlog_at_once(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    assert launch(engine, write_yaml(tmp_path / "c", TWELVE)).new_jobs == 12
+    watch = NewSendWatch()
+    transport = SmtpTransport(
+        SmtpConfig(host=smtp_server.host, port=smtp_server.port, command_timeout=10)
+    )
+    worker = Worker(engine, {"email": transport}, fast_config(concurrency=2), instrumentation=watch)
+    claims = ClaimsWaitForANewSend(worker.committer, worker, watch)
+    worker.outbox = claims
+    report = asyncio.run(worker.run())
+    assert report.sent == 12
+    assert claims.held > 0  # the situation arose
+    # Each time, a send that left the wire gave its slot to the backlog while the claim was
+    # still out: the relay connection did not idle until the claim's commit came back.
+    assert claims.missed == 0

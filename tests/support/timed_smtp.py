@@ -1,9 +1,11 @@
 """A real SMTP server that notes WHEN it received each message, and can answer 421 at RCPT for
 chosen recipients: the evidence for rate limits is the receiving side's clock, not the
-sender's account of itself."""
+sender's account of itself. It can also be slow to accept chosen domains' messages (a relay
+under load), which keeps a worker's connections busy."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -18,6 +20,8 @@ from tests.support.smtp_server import LOOPBACK, SERVER_NAME, message_id_of
 
 # (recipient domain, how many RCPTs for that domain this server has seen, from 1) -> 421 it?
 Refuse = Callable[[str, int], bool]
+# recipient domain -> seconds the server takes before it answers that message's DATA
+Latency = Callable[[str], float]
 
 
 class Received(NamedTuple):
@@ -27,10 +31,11 @@ class Received(NamedTuple):
 
 
 class TimedSMTPServer:
-    def __init__(self, refuse: Refuse | None = None) -> None:
+    def __init__(self, refuse: Refuse | None = None, latency: Latency | None = None) -> None:
         self.host = LOOPBACK
         self.port = 0
         self._refuse = refuse or (lambda domain, n: False)
+        self._latency = latency or (lambda domain: 0.0)
         self._lock = threading.Lock()
         self._received: list[Received] = []
         self._rcpts: Counter[str] = Counter()
@@ -61,6 +66,11 @@ class TimedSMTPServer:
         with self._lock:
             for rcpt in envelope.rcpt_tos:
                 self._received.append(Received(time.time(), rcpt, message_id_of(content)))
+        slow = max(
+            (self._latency(r.rpartition("@")[2].lower()) for r in envelope.rcpt_tos), default=0
+        )
+        if slow:
+            await asyncio.sleep(slow)  # the relay's pace, not the test's: it holds the 250
         return "250 OK"
 
     def received(self) -> list[Received]:

@@ -1,19 +1,21 @@
-"""dispatch.rate_gate without a database: which jobs ask for slots, and what happens when the
-throttle's transaction fails (nothing asked is sent; what is still ours is released)."""
+"""dispatch.rate_gate without a database: which jobs ask for slots, how many of a limited key's
+claims may wait for their T4 (the slot itself is taken at T4), what a refusal teaches, and what
+happens when handing claims back fails (they are not sent all the same)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch.commit_requests import Release
 from dispatch.held_leases import HeldLeases
-from dispatch.rate_gate import RateGate, Throttle, recipient_domain
+from dispatch.rate_gate import RateGate, RateLimited, Slotted, SlotThenStart, recipient_domain
 from dispatch.rates import domain_of
-from dispatch.store import ClaimedJob
+from dispatch.store import ClaimedJob, Deferral
 from dispatch.worker_report import WorkerReport
 
 
@@ -25,30 +27,43 @@ def job(job_id: int, recipient: str, campaign: str = "c", channel: str = "email"
     )  # fmt: skip
 
 
-class FailingCommitter:
-    """Fails every throttle; records releases."""
+class Committer:
+    """Answers the gate's requests: hands back every claim asked (or fails), refuses every
+    slot at T4 with the given due moment."""
 
-    def __init__(self) -> None:
-        self.released: list[tuple[int, int]] = []
+    def __init__(self, *, fail: bool = False, due_in: float = 3.0) -> None:
+        self.fail = fail
+        self.due_in = due_in
+        self.handed_back: list[Deferral] = []
+        self.asked: list[SlotThenStart] = []
 
     async def submit(self, request: Any) -> Any:
-        if isinstance(request, Throttle):
+        if self.fail:
             raise RuntimeError("connection lost")
-        assert isinstance(request, Release)
-        self.released.extend(request.leases)
-        return {lease[0] for lease in request.leases}
+        if isinstance(request, SlotThenStart):
+            self.asked.append(request)
+            return Slotted(None, datetime.now(UTC) + timedelta(seconds=self.due_in))
+        assert isinstance(request, RateLimited)
+        self.handed_back.extend(request.deferrals)
+        return {d.lease[0] for d in request.deferrals}
 
 
 def gate(committer: Any, campaigns: set[str]) -> RateGate:
     g = RateGate(cast(Any, committer), HeldLeases(30), WorkerReport(), {"slow.test": 2.0})
     g._campaigns = campaigns  # as if read from the table
+    g._campaign_rates = dict.fromkeys(campaigns, 100.0)
     g._seen = {"c", "d"}
     g._read_at = float("inf")  # fresh: no read in this test
     return g
 
 
+def admit(g: RateGate, jobs: list[ClaimedJob]) -> list[int]:
+    g.leases.hold(jobs, time.monotonic())
+    return [j.id for j in asyncio.run(g.admit(jobs))]
+
+
 def test_keys_a_job_asks_for() -> None:
-    g = gate(FailingCommitter(), {"d"})
+    g = gate(Committer(), {"d"})
     assert g.keys_of(job(1, "a@Slow.Test")) == ("domain:slow.test",)
     assert g.keys_of(job(2, "a@other.test")) == ()
     assert g.keys_of(job(3, "a@slow.test", campaign="d")) == ("campaign:d", "domain:slow.test")
@@ -56,14 +71,54 @@ def test_keys_a_job_asks_for() -> None:
     assert g.keys_of(job(4, "https://x.test/h", campaign="d", channel="webhook")) == ("campaign:d",)
 
 
-def test_a_failed_throttle_sends_none_of_the_asked_and_releases_them() -> None:
-    committer = FailingCommitter()
+def test_a_bursts_worth_per_key_waits_for_t4_and_the_rest_go_back_one_interval_apart() -> None:
+    committer = Committer()
     g = gate(committer, set())
-    jobs = [job(1, "a@slow.test"), job(2, "b@free.test"), job(3, "c@slow.test")]
-    ready = asyncio.run(g.admit(jobs))
-    assert [j.id for j in ready] == [2]
-    assert committer.released == [(1, 1), (3, 1)]
-    assert g.report.released == 2
+    before = datetime.now(UTC)
+    jobs = [job(i, f"{i}@slow.test") for i in range(1, 6)] + [job(9, "f@free.test")]
+    assert admit(g, jobs) == [1, 2, 9]  # slow.test at 2/s: a burst of 2
+    assert g.admitted_keys(1) == ("domain:slow.test",)
+    assert g.admitted_keys(9) == ()  # under no limit: the plain T4
+    dues = [(d.lease[0], (d.not_before - before).total_seconds()) for d in committer.handed_back]
+    assert [i for i, _ in dues] == [3, 4, 5]
+    for (_, due), expected in zip(dues, [0.5, 1.0, 1.5], strict=True):
+        assert expected <= due < expected + 0.5
+    assert g.report.rate_limited == 3
+    assert set(g.leases.jobs) == {1, 2, 9}  # those handed back are not ours to send
+    # One of the two reached its T4 (or its send ended): one more may wait.
+    g.forget(1)
+    assert admit(g, [job(6, "6@slow.test"), job(7, "7@slow.test")]) == [6]
+    # A claim that ended without reaching T4 (its lease dropped) stops counting too.
+    g.leases.drop(2)
+    assert admit(g, [job(8, "8@slow.test")]) == [8]
+
+
+def test_a_slot_refused_at_t4_hands_the_job_back_and_keeps_the_key_dry_until_its_slot() -> None:
+    committer = Committer(due_in=3.0)
+    g = gate(committer, set())
+    first = job(1, "a@slow.test")
+    assert admit(g, [first]) == [1]
+    slotted = asyncio.run(g.start(first, g.admitted_keys(1)))
+    assert slotted.started is None
+    assert slotted.due is not None
+    assert committer.asked[0].keys == ("domain:slow.test",)
+    assert 1 not in g.leases.jobs  # handed back (W3) by that same transaction
+    assert g.report.rate_limited == 1
+    # The next claims of that key go back at once, due at the slot and after, without an
+    # SMTP transaction each; other domains are not held.
+    assert admit(g, [job(2, "b@slow.test"), job(3, "c@slow.test"), job(4, "d@free.test")]) == [4]
+    later = [(d.not_before - datetime.now(UTC)).total_seconds() for d in committer.handed_back]
+    assert 2.5 < later[0] <= 3.0
+    assert 3.0 < later[1] <= 3.5  # one interval (0.5 s) after
+
+
+def test_claims_whose_hand_back_fails_are_not_sent() -> None:
+    g = gate(Committer(fail=True), set())
+    jobs = [job(i, f"{i}@slow.test") for i in range(1, 5)] + [job(9, "f@free.test")]
+    # The hand-back's outcome is unknown: this worker sends none of them (R1 returns them).
+    assert admit(g, jobs) == [1, 2, 9]
+    assert set(g.leases.jobs) == {1, 2, 9}
+    assert g.report.rate_limited == 0
 
 
 _ATOM = st.text(alphabet="aZ09_+-", min_size=1, max_size=5)
