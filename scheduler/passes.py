@@ -23,7 +23,7 @@ is reported and noted on that campaign; the others go on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -137,12 +137,16 @@ def run_pass(
     takeover_after: float | None = TAKEOVER_AFTER,
     batch_size: int = BATCH_SIZE,
     links: UnsubscribeLinks | None = None,
+    fanout_progress: Callable[[int], None] | None = None,
 ) -> PassReport:
     """One pass over every active scheduled campaign (``campaigns``: only those) at ``now``.
 
     ``takeover_after``: see scheduler.snapshot.ensure_snapshot (None: take over at once, as
     ``herald launch`` does). ``links``: the unsubscribe links of marketing messages
-    (scheduler.unsubscribe_links; None: none).
+    (scheduler.unsubscribe_links; None: none). ``fanout_progress``: told, from inside the pass,
+    after each batch of a scheduled occurrence's fan-out has committed (how many jobs it held),
+    like materialise's ``progress``; a seam for tests that act between two batches (None:
+    nothing is told).
     """
     store = CampaignStore(engine.dialect.name)
     with engine.connect() as conn:
@@ -160,7 +164,12 @@ def run_pass(
                     _drip_pass(engine, source.loaded, result, now, actor, state, url_refresh, links)
                 else:
                     _broadcast_pass(
-                        engine, row, source.loaded, result, now, takeover_after, batch_size, links
+                        engine,
+                        row,
+                        source.loaded,
+                        result,
+                        now,
+                        _FanoutOptions(takeover_after, batch_size, links, fanout_progress),
                     )
             except SnapshotBusy:
                 result.busy = True
@@ -176,15 +185,21 @@ def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+@dataclass(frozen=True)
+class _FanoutOptions:
+    takeover_after: float | None
+    batch_size: int
+    links: UnsubscribeLinks | None
+    progress: Callable[[int], None] | None
+
+
 def _broadcast_pass(
     engine: Engine,
     row: CampaignRow,
     loaded: LoadedCampaign,
     result: CampaignPass,
     now: datetime,
-    takeover_after: float | None,
-    batch_size: int,
-    links: UnsubscribeLinks | None,
+    options: _FanoutOptions,
 ) -> None:
     trigger = trigger_of(loaded.spec, row.launched_at)
     if trigger is None:
@@ -206,10 +221,11 @@ def _broadcast_pass(
                 engine,
                 loaded,
                 occurrence_at,
-                batch_size=batch_size,
+                batch_size=options.batch_size,
                 per_occurrence=True,
-                takeover_after=takeover_after,
-                links=links,
+                takeover_after=options.takeover_after,
+                links=options.links,
+                progress=options.progress,
             )
         except CAMPAIGN_PROBLEMS as exc:
             # Retried at every pass; given up once the policy would no longer send it late,

@@ -75,15 +75,43 @@ def require_postgres() -> None:
 
 
 # The folders of the longest tests (real processes, the chaos suite: tens of seconds each, up
-# to minutes). They run first: pytest-xdist's worksteal hands out tests in collection order and
-# rebalances only tests not yet started, so a long test started near the end would run on alone
-# while the other workers idle (longest first is the classic remedy). Order within each group
-# is unchanged, so a package's tests stay together (tests/browser shares its world by package).
+# to minutes). They run first: a long test started near the end would run on alone while the
+# other workers idle (longest first is the classic remedy). Order within each group is
+# unchanged, so a package's tests stay together (tests/browser shares its world by package).
 LONG_FIRST = ("tests/chaos/", "tests/processes/")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    long = [item for item in items if item.nodeid.startswith(LONG_FIRST)]
+    short = [item for item in items if not item.nodeid.startswith(LONG_FIRST)]
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
+    items[:] = long + short if workers <= 1 else _dealt(long, short, workers)
+
+
+def _dealt(long: list[pytest.Item], short: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The order for ``workers`` xdist workers: each worker's share starts with its long tests.
+
+    pytest-xdist's worksteal hands worker k the k-th contiguous slice of the collection (the
+    first takes len // workers, the next len // (workers - 1) of the rest, ...) and an idle
+    worker steals from the END of the busiest one's queue. With every long test at the front
+    of the collection they were all in the first worker's slice, and ran one after another there
+    (the others stole its short tail and then waited): the suite took about as long as the
+    long tests end to end. Dealt round-robin to the head of every slice, they run side by
+    side from the start and the short tests fill in behind them.
+    """
+    remaining = len(long) + len(short)
+    sizes = []
+    for k in range(workers):
+        sizes.append(remaining // (workers - k))
+        remaining -= sizes[-1]
+    ordered: list[pytest.Item] = []
+    rest = iter(short)
+    for k, size in enumerate(sizes):
+        heads = long[k::workers]
+        ordered += heads
+        ordered += [item for _, item in zip(range(size - len(heads)), rest, strict=False)]
+    ordered += list(rest)
+    return ordered
 
 
 @pytest.fixture(scope="session")

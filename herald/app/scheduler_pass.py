@@ -10,6 +10,7 @@ clears, not at every tick.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -50,6 +51,9 @@ class ScheduledPass:
 
     notes: dict[str, str | None] = field(default_factory=dict)  # last note seen per campaign
     links: UnsubscribeLinks | None = None  # herald.app.unsubscribe.links_from_env()
+    # Told after each committed fan-out batch (scheduler.passes.run_pass): a seam for tests
+    # that must act between two batches, as dispatch.instrumentation is for a send.
+    fanout_progress: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         from scheduler.passes import PassState
@@ -59,7 +63,14 @@ class ScheduledPass:
     def __call__(self, engine: Engine, *, now: datetime, actor: str) -> PassSummary:
         from scheduler.passes import run_pass
 
-        report = run_pass(engine, now=now, actor=actor, state=self.state, links=self.links)
+        report = run_pass(
+            engine,
+            now=now,
+            actor=actor,
+            state=self.state,
+            links=self.links,
+            fanout_progress=self.fanout_progress,
+        )
         parts = []
         for campaign in report.campaigns:
             said = describe(campaign, self._note_change(campaign))

@@ -173,6 +173,27 @@ def test_a_fan_out_resumed_after_a_crash_reads_the_occurrences_snapshot(
     assert [state for _, state, _ in fires(engine, "digest")] == ["done"]
 
 
+def test_a_pass_tells_its_fan_out_progress_after_each_committed_batch(
+    engine: Engine, tmp_path: Path
+) -> None:
+    # The seam tests/support/scheduler_process.py pauses at: each call comes once its batch is
+    # committed (another connection sees the jobs), and the fire is not done before the last.
+    path = weekly(tmp_path / "c", people=[f"p{i:03d}@example.com" for i in range(25)])
+    launch_at(engine, path, REGISTERED)
+    told: list[tuple[int, int, list[str]]] = []
+
+    def progress(jobs_in_batch: int) -> None:
+        seen = len(jobs(engine))
+        told.append((jobs_in_batch, seen, [state for _, state, _ in fires(engine, "digest")]))
+
+    run_pass(engine, now=MONDAYS[0], actor="test", batch_size=10, fanout_progress=progress)
+    sizes = [10, 10, 5, 10, 10, 5]  # two steps of 25
+    assert [size for size, _, _ in told] == sizes
+    assert [seen for _, seen, _ in told] == [sum(sizes[: n + 1]) for n in range(len(sizes))]
+    assert {tuple(states) for _, _, states in told} == {("due",)}
+    assert [state for _, state, _ in fires(engine, "digest")] == ["done"]
+
+
 def test_a_changed_file_fires_nothing_until_restored(engine: Engine, tmp_path: Path) -> None:
     path = weekly(tmp_path / "c")
     launch_at(engine, path, REGISTERED)

@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -24,6 +25,13 @@ from tests.support.schedules import fires, launch_at
 # resume at a fifth of the suite's time.
 RECIPIENTS = {"postgresql": 100_000, "sqlite": 20_000}
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday
+FIRST_JOB_WITHIN = 600.0  # seconds; each a deadline far above need, so the verdict is the test's
+SECOND_PASS_WITHIN = 900.0
+
+# The suite-wide 300 s pytest timeout must not decide this test: on a busy machine the 100,000
+# jobs on PostgreSQL took longer than that (a clean-clone run beside other load was cut at
+# 300 s) while making progress. Its own deadlines above judge it; this is only their sum.
+pytestmark = pytest.mark.timeout(FIRST_JOB_WITHIN + SECOND_PASS_WITHIN + 200)
 
 WEEKLY = """\
 name: big
@@ -65,7 +73,7 @@ def test_a_killed_fan_out_resumes_and_sends_each_recipient_once(
     assert launched.fanout.new_jobs == 0
 
     first = pass_process(db_url, START)
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + FIRST_JOB_WITHIN
     while job_count(engine) == 0:
         assert first.poll() is None, first.communicate()
         assert time.monotonic() < deadline, "no job was written in time"
@@ -80,7 +88,7 @@ def test_a_killed_fan_out_resumes_and_sends_each_recipient_once(
     # The CSV changes before the restart: the occurrence still goes to its own list.
     write_audience(folder / "people.csv", 10, domain="other.example")
     second = pass_process(db_url, START + timedelta(minutes=2))
-    stdout, stderr = second.communicate(timeout=900)
+    stdout, stderr = second.communicate(timeout=SECOND_PASS_WITHIN)
     assert second.returncode == 0, stderr
     assert '"note": null' in stdout, stdout
 

@@ -2,7 +2,8 @@
 on one PostgreSQL database, schedulers SIGKILLed at random and restarted, and every occurrence
 materialised once and mailed once per recipient, counted at a real SMTP server's ledger;
 `herald run` on the embedded SQLite database, picking up a campaign launched while it runs; and
-SIGTERM in the middle of a pass (it finishes), twice (exit 130; the next pass resumes).
+SIGTERM in the middle of a pass (it finishes), twice (exit 130; the next pass resumes), sent
+while the pass is held after its first fan-out batch (tests/support/scheduler_process.py).
 
 Verdicts do not depend on the machine's speed: the runs end when the database says the work is
 done (or stops making progress for a long time), and the expected fires and Message-IDs are
@@ -14,6 +15,7 @@ from __future__ import annotations
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,7 +31,8 @@ from dispatch.keys import KeyTuple, message_id
 from dispatch.models import send_job
 from scheduler.models import trigger_fire_table
 from tests.support.campaign_files import write_audience
-from tests.support.paths import HERALD
+from tests.support.paths import HERALD, REPO_ROOT
+from tests.support.scheduler_process import PAUSED
 from tests.support.smtp_server import LedgerSMTPServer
 
 TERMINAL = ("sent", "failed", "cancelled", "in_doubt")
@@ -101,7 +104,9 @@ class Service:
         log = self.log_dir / f"{self.name}.{self.starts}.err"
         self.logs.append(log)
         with log.open("wb") as stderr:
-            self.process = subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=stderr)
+            self.process = subprocess.Popen(
+                self.command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO_ROOT
+            )
 
     @property
     def alive(self) -> bool:
@@ -368,8 +373,14 @@ def test_herald_run_sends_a_campaign_launched_while_it_runs_and_stops_on_sigterm
 
 # ------------------------------------------------------------------ signals during a pass
 
-BIG = 10_000  # recipients: a fan-out long enough to be signalled in the middle of
+# The scheduler here is tests/support/scheduler_process.py: `herald scheduler`'s loop, signal
+# handling and lines, whose fan-out pauses after its first committed batch until the signal
+# has been handled. So the signal lands mid-fan-out for certain and a few batches suffice
+# (signalled while running freely, the fan-out had to be 10,000 recipients long, and the
+# landing was still a matter of timing). BIG spans several batches of each step.
+BIG = 1_200  # recipients: 3 batches of scheduler.fanout.BATCH_SIZE per step
 BIG_JOBS = 2 * BIG  # ONE_SHOT has two steps
+PAUSING = [sys.executable, "-m", "tests.support.scheduler_process"]
 
 
 def big_one_shot(tmp_path: Path, engine: Engine) -> datetime:
@@ -396,15 +407,26 @@ def job_count(engine: Engine) -> int:
         return int(conn.execute(sa.select(sa.func.count()).select_from(send_job)).scalar_one())
 
 
+def wait_for_pause(service: Service, engine: Engine) -> None:
+    """Until the fan-out has paused after its first batch: its fire decided, not fanned out."""
+    wait_until(
+        lambda: PAUSED in service.stderr() or not service.alive,
+        lambda: (len(service.stderr()), fire_states(engine)),
+        "the fan-out did not pause after its first batch",
+    )
+    assert service.alive, service.stderr()
+    assert fire_states(engine) == ["due"]
+    assert 0 < job_count(engine) < BIG_JOBS
+
+
 def test_sigterm_in_the_middle_of_a_pass_lets_it_finish(
     tmp_path: Path, db_url: str, engine: Engine
 ) -> None:
     due = big_one_shot(tmp_path, engine)
-    service = Service("scheduler", [str(HERALD), "scheduler", "--database-url", db_url], tmp_path)
+    service = Service("scheduler", [*PAUSING, db_url], tmp_path)
     service.start()
     try:
-        # The fire is decided and its fan-out under way: now stop.
-        assert _watch_for_due(engine, "big", until=datetime.now(UTC) + timedelta(minutes=5))
+        wait_for_pause(service, engine)  # the fire is decided and its fan-out under way: stop
         assert service.terminate(READY["scheduler"]) == 0, service.stderr()
     finally:
         if service.alive:
@@ -420,17 +442,13 @@ def test_a_second_signal_exits_at_once_and_the_next_pass_resumes_the_fan_out(
     tmp_path: Path, db_url: str, engine: Engine
 ) -> None:
     due = big_one_shot(tmp_path, engine)
-    service = Service("scheduler", [str(HERALD), "scheduler", "--database-url", db_url], tmp_path)
+    service = Service("scheduler", [*PAUSING, db_url, "--hold"], tmp_path)
     service.start()
     try:
         # Inside the fan-out proper (the audience snapshot is complete once jobs appear): a
         # pass interrupted while reading the audience would be resumed by another scheduler
         # only once the reader is presumed dead (scheduler.passes.TAKEOVER_AFTER).
-        wait_until(
-            lambda: job_count(engine) > 0,
-            lambda: (service.alive, fire_states(engine)),
-            "the fan-out did not start",
-        )
+        wait_for_pause(service, engine)
         assert service.process is not None
         service.process.send_signal(signal.SIGTERM)
         # Signals sent back to back can coalesce into one: wait until the first was handled.
@@ -446,6 +464,7 @@ def test_a_second_signal_exits_at_once_and_the_next_pass_resumes_the_fan_out(
             service.kill()
     assert fire_states(engine) == ["due"]  # left mid-fan-out
     written = job_count(engine)
+    assert 0 < written < BIG_JOBS
 
     again = herald("scheduler", "--once", "--database-url", db_url)
     assert again.returncode == 0, again.stderr
