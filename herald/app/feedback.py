@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatch.models import mail_feedback
+from herald.db import reading
 
 F = mail_feedback.c
 KINDS = ("hard", "soft", "block", "complaint", "unsubscribe")
@@ -58,7 +59,7 @@ class FeedbackSummary:
 def feedback_summary(
     engine: Engine, *, kind: str | None = None, limit: int = 20
 ) -> FeedbackSummary:
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         counts = dict.fromkeys(KINDS, 0)
         for k, n in conn.execute(sa.select(F.kind, sa.func.count()).group_by(F.kind)):
             counts[k] = n

@@ -24,6 +24,7 @@ from sqlalchemy.engine import Engine
 from campaigns.durations import parse_duration
 from dispatch.models import send_event, send_job
 from dispatch.store import OutboxStore
+from herald.db import reading
 from herald.errors import UsageError
 
 log = logging.getLogger("herald.prune")
@@ -99,7 +100,7 @@ def start(engine: Engine, options: PruneOptions) -> PruneReport:
     if not 1 <= options.batch_size <= MAX_BATCH:
         raise UsageError(f"--batch-size must be between 1 and {MAX_BATCH}")
     store = OutboxStore(engine.dialect.name)
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         cutoff = store.database_now(conn) - options.older_than
     report = PruneReport(cutoff=cutoff, dry_run=options.dry_run)
     report.sizes_before = table_sizes(engine)
@@ -121,7 +122,7 @@ def prune(
     """
     store = OutboxStore(engine.dialect.name)
     if options.dry_run:
-        with engine.connect() as conn:
+        with reading(engine) as conn:  # a dry run only counts: never behind a writer
             estimate = store.prune_estimate(
                 conn,
                 cutoff=report.cutoff,
@@ -200,7 +201,7 @@ def vacuum(engine: Engine) -> None:
 def table_sizes(engine: Engine) -> dict[str, int]:
     """Bytes on disk: PostgreSQL per table (with its TOAST) and its indexes; SQLite: the file's
     used and free pages (per-table sizes need the optional dbstat table)."""
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         if engine.dialect.name == "postgresql":
             sizes: dict[str, int] = {}
             for table in TABLES:

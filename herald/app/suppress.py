@@ -25,6 +25,7 @@ from campaigns.suppression import (
 from campaigns.suppression import unsuppress as _unsuppress
 from campaigns.suppression_file import read_suppression_file
 from dispatch.store import OutboxStore
+from herald.db import reading
 
 MANUAL = "manual"  # suppression.source of `suppress add`
 IMPORTED = "import"  # suppression.source of `suppress import`
@@ -116,5 +117,5 @@ def list_entries(
     engine: Engine, *, scope: str | None = None, address: str | None = None
 ) -> list[Suppression]:
     """The suppression list (only ``scope`` and/or ``address``'s mailbox when given)."""
-    with engine.connect() as conn:
+    with reading(engine) as conn:
         return entries(conn, scope=scope, address=address)
