@@ -24,12 +24,13 @@ from the same queue: while one lane's transaction is in the server, the other bu
 the next, so the server's work overlaps the worker's Python instead of alternating with it.
 SQLite has one writer: one lane. Two lanes never deadlock on each other, because:
 
-- an ordinary request (T4, outcomes, settle, claim, throttle, reads) locks only rows of jobs
-  whose request it is, and a job has one request in flight at a time (its T5 is submitted
-  after its T4 resolved, its T4 after its claim): two lanes' ordinary batches lock disjoint job
-  rows. The claim skips locked rows. Shared rows are taken in one global order: campaign rows
-  by name (the failure watch, with the outcomes), then rate cells by key (``Throttle``, last
-  in the transaction), so no two lanes can each hold one the other waits for;
+- an ordinary request (T4, T4 with its rate slots, outcomes, settle, claim, reads) locks only
+  rows of jobs whose request it is, and a job has one request in flight at a time (its T5 is
+  submitted after its T4 resolved, its T4 after its claim): two lanes' ordinary batches lock
+  disjoint job rows. The claim skips locked rows. Shared rows are taken in one global order:
+  campaign rows by name (the failure watch, with the outcomes), then rate cells by key
+  (``SlotThenStart``, after the outcomes, one sorted pass), so no two lanes can each hold one
+  the other waits for;
 - a request that may lock rows of jobs with another request in flight, or shared rows in no
   fixed order (``exclusive``: heartbeat, release, deferral, recovery, relay hand-backs and
   reports), runs in a transaction alone: its lane waits until no other lane is in a

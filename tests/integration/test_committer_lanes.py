@@ -361,7 +361,8 @@ def test_a_deadlock_abort_fails_only_its_batch_and_the_worker_carries_on(pg: Eng
 def test_which_requests_run_alone() -> None:
     """The requests that may lock rows of jobs with another request in flight, or shared rows
     in no fixed order. Ordinary ones lock their own jobs' rows, campaign rows in name order
-    (the failure watch) and rate cells in key order (``Throttle``, last in its transaction)."""
+    (the failure watch, with the outcomes) and rate cells in key order (``SlotThenStart``, after
+    the outcomes)."""
     kinds = [
         k
         for module in (commit_requests, relay_requests, rate_gate)
@@ -384,5 +385,6 @@ def test_which_requests_run_alone() -> None:
         "has_work",
         "next_due",
         "claim",
-        "throttle",
+        "t4_slot",
+        "rate_limited",
     }

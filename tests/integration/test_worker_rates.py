@@ -149,7 +149,7 @@ def test_no_statement_about_rates_for_jobs_under_no_limit(
     # once); never a slot taken, however many jobs.
     assert not [s for s in about_rates if s.lstrip().upper().startswith("UPDATE")]
     assert len(about_rates) <= 2 * (1 + len(WorkerConfig().domain_rates))
-    assert "throttle" not in worker.committer.stats.by_kind
+    assert "t4_slot" not in worker.committer.stats.by_kind
 
 
 def test_a_451_slows_only_its_own_domain(tmp_path: Path, engine: Engine) -> None:
