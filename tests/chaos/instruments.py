@@ -8,6 +8,7 @@ suite must catch sending duplicates. ``tests/chaos/worker.py`` builds a worker w
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -18,6 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from dbtypes import db_now
+from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NullInstrumentation
 from dispatch.models import send_job
 from dispatch.store import ClaimedJob, Lease, OutboxStore
@@ -137,3 +139,21 @@ class UnguardedStore(OutboxStore):
             .returning(send_job.c.id, send_job.c.send_started_at)
         )
         return {row.id: row.send_started_at for row in conn.execute(stmt)}
+
+
+def trust_every_lease(leases: HeldLeases) -> None:
+    """Switch off the zombie's own lease clock too: every lease it holds counts as alive, so
+    it tries T4 for its taken-back claims whenever a send starts after SIGCONT.
+
+    The worker checks locally that a lease outlasts T4's margin before it tries T4, and a
+    stopped worker's local deadlines have passed when it resumes. With only the store's guards
+    off, whether the zombie sent anything depended on which ran first after SIGCONT: a send
+    started the moment a DATA reply freed its slot (refused locally: no duplicate), or the
+    heartbeat (naive: it renews every deadline). The meta-test needs the duplicate every time.
+    """
+    held = leases.jobs
+
+    def deadline(job_id: int) -> float:
+        return math.inf if job_id in held else 0.0
+
+    leases.deadline = deadline  # type: ignore[method-assign]

@@ -28,6 +28,7 @@ from tests.chaos.instruments import (
     CrashPointError,
     CrashPoints,
     UnguardedStore,
+    trust_every_lease,
 )
 
 
@@ -77,9 +78,12 @@ def build_worker(args: argparse.Namespace) -> Worker:
     if args.unguarded_t4:
         sys.stderr.write("TEST MODE: T4 guards are OFF; duplicates are possible\n")
         store = UnguardedStore(engine.dialect.name)
-    return herald_worker.build_worker(
+    worker = herald_worker.build_worker(
         engine, args.smtp_url, options, instrumentation=instrumentation, store=store
     )
+    if args.unguarded_t4:
+        trust_every_lease(worker.leases)
+    return worker
 
 
 def main(argv: list[str] | None = None) -> None:
