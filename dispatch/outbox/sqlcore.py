@@ -8,8 +8,6 @@ both come from a ``Transition``, never from literals at the call site.
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -126,35 +124,6 @@ JOURNAL_PARAMS = ("job_id", "token", "from_state", "to_state", "actor", "detail"
 _SQLITE_JOURNAL, _SQLITE_JOURNAL_ORDER = _journal_statement()
 # The rows below are built in this order; a change in how SQLAlchemy orders them fails here.
 assert _SQLITE_JOURNAL_ORDER == JOURNAL_PARAMS, _SQLITE_JOURNAL_ORDER
-# The same INSERT from ``json_each(?)`` over ``[[job_id, token, detail], …]``; json_each and
-# json_extract are built in from SQLite 3.38 (dispatch.outbox.dialect_sqlite.JSON_BATCHES).
-JSON_JOURNAL = sqlite3.sqlite_version_info >= (3, 38, 0)
-
-
-def _json_journal_statement() -> str:
-    """The journal INSERT … SELECT from ``json_each(:rows)`` as SQLite text."""
-    each = sa.func.json_each(sa.bindparam("rows", type_=sa.String())).table_valued("value")
-
-    def item(i: int) -> Any:
-        return sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'"))
-
-    names = ("job_id", "token", "from_state", "to_state", "at", "actor", "detail")
-    select = sa.select(
-        item(0),
-        item(1),
-        sa.bindparam("from_state"),
-        sa.bindparam("to_state"),
-        db_now(),
-        sa.bindparam("actor"),
-        item(2),
-    ).select_from(each)
-    compiled = sa.insert(send_event).from_select(names, select).compile(dialect=sqlite.dialect())
-    # The order execution binds them in (_journal_sqlite).
-    assert compiled.positiontup == ["from_state", "to_state", "actor", "rows"], compiled.positiontup
-    return compiled.string
-
-
-_SQLITE_JOURNAL_JSON = _json_journal_statement()
 # Values as ForeignText stores them (NUL shown as ``\x00``), as a bound detail would be.
 _DETAIL = send_event.c.detail.type.dialect_impl(sqlite.dialect()).bind_processor(sqlite.dialect())
 
@@ -165,10 +134,9 @@ def _journal_sqlite(
     actor: str,
     source: State | None,
 ) -> None:
-    """The same rows through constant statements run by the driver: SQLAlchemy's per-row
-    parameter processing cost more than SQLite's insert (the drain writes three events per
-    job). From SQLite 3.38 one INSERT … SELECT per transition reads the rows from one JSON
-    text (``json_each``), as the lease batches do; before, one executemany of plain tuples."""
+    """The same rows through one constant statement, executemany'd by the driver with plain
+    tuples: SQLAlchemy's per-row parameter processing cost more than SQLite's insert (the drain
+    writes three events per job)."""
     rows: list[tuple[Any, ...]] = []
     process = _DETAIL
     for transition, done in parts:
@@ -177,26 +145,19 @@ def _journal_sqlite(
         origin = _origin(transition, source)
         from_state = None if origin is None else origin.value
         to_state = transition.target.value
-        details = [
-            # ForeignText's processing rewrites only NUL: tested here, not called per row.
-            detail if process is None or detail is None or "\x00" not in detail else process(detail)
-            for _, _, detail in done
-        ]
-        if JSON_JOURNAL:
-            # One statement, one step: an executemany binds, steps and resets once per row,
-            # and lets go of the GIL at every step. Rows are inserted in array order.
-            text = json.dumps(
-                [
-                    (job_id, token, detail)
-                    for (job_id, token, _), detail in zip(done, details, strict=True)
-                ],
-                ensure_ascii=False,
-            )
-            conn.exec_driver_sql(_SQLITE_JOURNAL_JSON, (from_state, to_state, actor, text))
-            continue
         rows += [
-            (job_id, token, from_state, to_state, actor, detail)
-            for (job_id, token, _), detail in zip(done, details, strict=True)
+            (
+                job_id,
+                token,
+                from_state,
+                to_state,
+                actor,
+                # ForeignText's processing rewrites only NUL: tested here, not called per row.
+                detail
+                if process is None or detail is None or "\x00" not in detail
+                else process(detail),
+            )
+            for job_id, token, detail in done
         ]
     if rows:
         conn.exec_driver_sql(_SQLITE_JOURNAL, rows)
