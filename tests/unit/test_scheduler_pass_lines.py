@@ -3,7 +3,7 @@ what fired, what was skipped and why, drips; a campaign's note only when it chan
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -68,6 +68,7 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
         actor: str,
         state: PassState | None = None,
         links: UnsubscribeLinks | None = None,
+        fanout_progress: Callable[[int], None] | None = None,
     ) -> PassReport:
         states.append(state)
         return PassReport(now, [CampaignPass("digest", "schedule", note=next(notes))])
@@ -98,6 +99,7 @@ def test_a_campaign_another_scheduler_is_reading_is_shown_but_is_not_work_done(
         actor: str,
         state: PassState | None = None,
         links: UnsubscribeLinks | None = None,
+        fanout_progress: Callable[[int], None] | None = None,
     ) -> PassReport:
         return PassReport(now, [CampaignPass("big", "start_at", busy=True, note="ignored")])
 
