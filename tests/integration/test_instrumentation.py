@@ -18,7 +18,7 @@ from dispatch.models import rate_limit, send_job
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.store import ClaimedJob, Lease
 from dispatch.transport import Envelope
-from dispatch.worker import Worker
+from dispatch.worker import Worker, WorkerConfig
 from scheduler.fanout import materialise
 from tests.support.campaign_files import fast_config
 from tests.support.smtp_server import LedgerSMTPServer
@@ -71,33 +71,47 @@ class Recorder(NullInstrumentation):
         self.events.append("after_t5_commit")
 
 
-def test_a_send_passes_every_named_point_in_order(
-    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+# The door to the wire: RCPT, then T4 committed, before any byte of DATA.
+DOOR = [
+    "after_claim_commit:1",
+    "after_rcpt",
+    "before_t4",
+    "before_t4_commit:1",
+    "after_t4_commit",
+    "after_data_write",
+    "after_250_before_t5",
+    "after_t5_commit",
+]
+
+
+def send_one(
+    tmp_path: Path,
+    engine: Engine,
+    smtp_server: LedgerSMTPServer,
+    recorder: Recorder,
+    config: WorkerConfig,
 ) -> None:
+    """Launch the one-recipient campaign and send it through a real worker and transport."""
     (tmp_path / "c.yaml").write_text(ONE)
     loaded = load_campaign(tmp_path / "c.yaml")
     materialise(
         engine, loaded, register(engine, loaded, now=datetime.now(UTC)).campaign.launched_at
     )
-    recorder = Recorder(engine)
-    config = SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10)
-    transport = SmtpTransport(config, instrumentation=recorder)
-    worker = Worker(engine, {"email": transport}, fast_config(), instrumentation=recorder)
-
+    smtp = SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10)
+    transport = SmtpTransport(smtp, instrumentation=recorder)
+    worker = Worker(engine, {"email": transport}, config, instrumentation=recorder)
     try:
         assert asyncio.run(worker.run()).sent == 1
     finally:
         recorder.reader.dispose()
-    assert recorder.events == [
-        "after_claim_commit:1",
-        "after_rcpt",
-        "before_t4",
-        "before_t4_commit:1",
-        "after_t4_commit",
-        "after_data_write",
-        "after_250_before_t5",
-        "after_t5_commit",
-    ]
+
+
+def test_a_send_passes_every_named_point_in_order(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    recorder = Recorder(engine)
+    send_one(tmp_path, engine, smtp_server, recorder, fast_config())
+    assert recorder.events == DOOR
     assert recorder.state_seen_before_t4_commit == ["claimed"]
 
 
@@ -121,36 +135,12 @@ class CellRecorder(Recorder):
 def test_a_rate_limited_send_takes_its_slot_in_t4s_transaction_and_data_follows_it(
     tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
 ) -> None:
-    (tmp_path / "c.yaml").write_text(ONE)
-    loaded = load_campaign(tmp_path / "c.yaml")
-    materialise(
-        engine, loaded, register(engine, loaded, now=datetime.now(UTC)).campaign.launched_at
-    )
     recorder = CellRecorder(engine)
-    config = SmtpConfig(smtp_server.host, smtp_server.port, data_timeout=10)
-    transport = SmtpTransport(config, instrumentation=recorder)
-    worker = Worker(
-        engine,
-        {"email": transport},
-        fast_config(domain_rates={"example.com": 5.0}),
-        instrumentation=recorder,
+    send_one(
+        tmp_path, engine, smtp_server, recorder, fast_config(domain_rates={"example.com": 5.0})
     )
-
-    try:
-        assert asyncio.run(worker.run()).sent == 1
-    finally:
-        recorder.reader.dispose()
     # The same door: RCPT, then T4 (with the slot), committed before any byte of DATA.
-    assert recorder.events == [
-        "after_claim_commit:1",
-        "after_rcpt",
-        "before_t4",
-        "before_t4_commit:1",
-        "after_t4_commit",
-        "after_data_write",
-        "after_250_before_t5",
-        "after_t5_commit",
-    ]
+    assert recorder.events == DOOR
     # Inside T4's transaction neither the T4 nor the slot is visible: they commit as one.
     assert recorder.state_seen_before_t4_commit == ["claimed"]
     assert recorder.tat_seen_before_t4_commit == [None]
