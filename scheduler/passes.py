@@ -36,7 +36,7 @@ from campaigns.store import CampaignRow, CampaignStore
 from scheduler.compose import CompileFailures, compile_steps
 from scheduler.drip import advance_drips
 from scheduler.enrollment import SyncReport, end_suppressed, sync_audience
-from scheduler.fanout import BATCH_SIZE, FanoutResult, materialise
+from scheduler.fanout import FanoutResult, materialise
 from scheduler.fire_store import DUE, SKIPPED, Fire, FireStore
 from scheduler.job_lookup import earliest_pending, has_jobs
 from scheduler.snapshot import SnapshotBusy
@@ -135,18 +135,19 @@ def run_pass(
     state: PassState | None = None,
     url_refresh: float = URL_REFRESH,
     takeover_after: float | None = TAKEOVER_AFTER,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None = None,
     links: UnsubscribeLinks | None = None,
     fanout_progress: Callable[[int], None] | None = None,
 ) -> PassReport:
     """One pass over every active scheduled campaign (``campaigns``: only those) at ``now``.
 
     ``takeover_after``: see scheduler.snapshot.ensure_snapshot (None: take over at once, as
-    ``herald launch`` does). ``links``: the unsubscribe links of marketing messages
-    (scheduler.unsubscribe_links; None: none). ``fanout_progress``: told, from inside the pass,
-    after each batch of a scheduled occurrence's fan-out has committed (how many jobs it held),
-    like materialise's ``progress``; a seam for tests that act between two batches (None:
-    nothing is told).
+    ``herald launch`` does). ``batch_size``: jobs per fan-out transaction (None: materialise's
+    default for the database, 500 on SQLite and 5,000 on PostgreSQL). ``links``: the
+    unsubscribe links of marketing messages (scheduler.unsubscribe_links; None: none).
+    ``fanout_progress``: told, from inside the pass, after each batch of a scheduled
+    occurrence's fan-out has committed (how many jobs it held), like materialise's
+    ``progress``; a seam for tests that act between two batches (None: nothing is told).
     """
     store = CampaignStore(engine.dialect.name)
     with engine.connect() as conn:
@@ -188,7 +189,7 @@ def _first_line(exc: Exception) -> str:
 @dataclass(frozen=True)
 class _FanoutOptions:
     takeover_after: float | None
-    batch_size: int
+    batch_size: int | None
     links: UnsubscribeLinks | None
     progress: Callable[[int], None] | None
 

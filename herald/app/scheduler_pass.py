@@ -54,6 +54,8 @@ class ScheduledPass:
     # Told after each committed fan-out batch (scheduler.passes.run_pass): a seam for tests
     # that must act between two batches, as dispatch.instrumentation is for a send.
     fanout_progress: Callable[[int], None] | None = None
+    # Jobs per fan-out transaction (None: the database's default, scheduler.fanout).
+    batch_size: int | None = None
 
     def __post_init__(self) -> None:
         from scheduler.passes import PassState
@@ -70,6 +72,7 @@ class ScheduledPass:
             state=self.state,
             links=self.links,
             fanout_progress=self.fanout_progress,
+            batch_size=self.batch_size,
         )
         parts = []
         for campaign in report.campaigns:

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 from dispatch.keys import KeyTuple
 from dispatch.outbox import NewJob, SqlOutbox
 from herald.db import create_engine
+from scheduler import fanout
 from scheduler.passes import run_pass
 from tests.support.schedules import (
     fires,
@@ -192,6 +193,23 @@ def test_a_pass_tells_its_fan_out_progress_after_each_committed_batch(
     assert [seen for _, seen, _ in told] == [sum(sizes[: n + 1]) for n in range(len(sizes))]
     assert {tuple(states) for _, _, states in told} == {("due",)}
     assert [state for _, state, _ in fires(engine, "digest")] == ["done"]
+
+
+def test_a_pass_fans_out_in_its_databases_own_batch_size(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a batch_size the pass leaves it to materialise: PostgreSQL commits bigger batches
+    # than SQLite (scheduler.fanout). Until session 20 the pass forced SQLite's size on both.
+    # Sizes made small here so that 25 recipients tell the two apart.
+    monkeypatch.setattr(fanout, "BATCH_SIZE", 4)
+    monkeypatch.setattr(fanout, "POSTGRES_BATCH_SIZE", 10)
+    path = weekly(tmp_path / "c", people=[f"p{i:03d}@example.com" for i in range(25)])
+    launch_at(engine, path, REGISTERED)
+    told: list[int] = []
+    run_pass(engine, now=MONDAYS[0], actor="test", fanout_progress=told.append)
+    per_step = [10, 10, 5] if engine.dialect.name == "postgresql" else [4] * 6 + [1]
+    assert told == per_step * 2  # two steps
+    assert len(jobs(engine)) == 50
 
 
 def test_a_changed_file_fires_nothing_until_restored(engine: Engine, tmp_path: Path) -> None:

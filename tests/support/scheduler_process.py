@@ -26,6 +26,7 @@ from herald.app.scheduler_pass import ScheduledPass
 from herald.cli.scheduler import _say_pass, _say_scheduler_stopping
 from herald.db import create_engine
 from herald.logs import setup_logging
+from scheduler.fanout import BATCH_SIZE
 
 PAUSED = "test: paused after the first fan-out batch"
 # With --hold the pass waits this long at most for the forced exit (the test's own deadline is
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> None:
         engine,
         options=SchedulerOptions(tick=30.0),
         say=_say_pass,
-        run_pass=ScheduledPass(fanout_progress=after_batch),
+        # scheduler.fanout.BATCH_SIZE on both databases: the tests count on a few batches per
+        # step (PostgreSQL's own default of 5,000 would fan a step out in one).
+        run_pass=ScheduledPass(fanout_progress=after_batch, batch_size=BATCH_SIZE),
     )
     try:
         totals = run_scheduler(service, handle_signals=True, on_stopping=on_stopping)

@@ -69,6 +69,7 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
         state: PassState | None = None,
         links: UnsubscribeLinks | None = None,
         fanout_progress: Callable[[int], None] | None = None,
+        batch_size: int | None = None,
     ) -> PassReport:
         states.append(state)
         return PassReport(now, [CampaignPass("digest", "schedule", note=next(notes))])
@@ -100,6 +101,7 @@ def test_a_campaign_another_scheduler_is_reading_is_shown_but_is_not_work_done(
         state: PassState | None = None,
         links: UnsubscribeLinks | None = None,
         fanout_progress: Callable[[int], None] | None = None,
+        batch_size: int | None = None,
     ) -> PassReport:
         return PassReport(now, [CampaignPass("big", "start_at", busy=True, note="ignored")])
 
