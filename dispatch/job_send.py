@@ -219,7 +219,11 @@ class JobSender:
                 # it recorded, so the Date is the one a successful commit would have given.
                 return row.send_started_at or self.clock()
             if keys and state == State.PENDING.value:
-                return _NotStarted.HANDED_BACK  # refused a slot: W3 committed with our token
+                # Refused a slot: W3 committed with our token. Counted as a refusal whose
+                # answer arrived would have been (RateGate.start).
+                assert self.rates is not None
+                self.rates.handed_back(job)
+                return _NotStarted.HANDED_BACK
             if state != State.CLAIMED.value or not self._lease_left(job):
                 return _NotStarted.REFUSED
 

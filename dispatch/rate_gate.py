@@ -244,12 +244,19 @@ class RateGate:
         slotted = await self.committer.submit(SlotThenStart(job.lease, keys))
         self.forget(job.id)
         if slotted.due is not None:
-            self.leases.drop(job.id)
-            self.report.rate_limited += 1
+            self.handed_back(job)
             if len(keys) == 1:  # which key refused is certain only then
                 wait = (slotted.due - datetime.now(UTC)).total_seconds()
                 self._dry_until[keys[0]] = time.monotonic() + min(max(wait, 0.0), _MAX_DRY)
         return slotted
+
+    def handed_back(self, job: ClaimedJob) -> None:
+        """``job`` was refused a slot at T4 and is pending again (W3 committed with its token):
+        no longer held, and counted. Also for a T4 whose commit failed and whose re-read
+        found the job handed back (dispatch.job_send), so the report says the same either way."""
+        self.forget(job.id)
+        self.leases.drop(job.id)
+        self.report.rate_limited += 1
 
     def keys_of(self, job: ClaimedJob) -> tuple[str, ...]:
         keys: list[str] = []
