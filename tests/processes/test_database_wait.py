@@ -164,8 +164,11 @@ def test_an_unusable_sqlite_path_is_a_setting_not_a_wait(tmp_path: Path) -> None
 @postgres_only
 def test_a_bounded_wait_gives_up_with_one_line_saying_why(db_url: str) -> None:
     proxy = TcpProxy((PG_HOST, PG_PORT))  # never opened
+    # The wait counts from before the first attempt, which also imports the driver: under load
+    # that alone took most of a 1.5 s wait, leaving no room for the second attempt asserted
+    # below. 5 s leaves room for it (retries come 0.5 s, then 1 s, after a failure).
     service = ServiceProcess(
-        ["scheduler", "--database-url", through(proxy, db_url), "--database-wait", "1.5"]
+        ["scheduler", "--database-url", through(proxy, db_url), "--database-wait", "5"]
     )
     code = service.finish(timeout=30)
     proxy.stop()

@@ -30,8 +30,10 @@ LEASE = 2.0
 # The grace a started send gets before it is made in_doubt. Longer than SLACK, so a pass that
 # waited for it on unstarted claims fails the test.
 GRACE = 5.0
-# Start-up, the pass itself and sending JOBS on a loaded two-core machine. Far below the
-# interval below, so a pass that waited for the interval fails the test.
+# From the lease's expiry to the pass that took the claims back (both on the database clock):
+# the pass's own lateness on a loaded two-core machine. Below GRACE and far below the interval
+# below, so a pass that waited for either fails the test. (Start-up and the sends themselves
+# are not in it: they take longer the busier the machine, and are not what is judged.)
 SLACK = 4.0
 INTERVAL = 60.0
 
@@ -84,7 +86,9 @@ def test_a_killed_workers_unstarted_claims_are_sent_at_lease_expiry(
         due = datetime.now(UTC) - timedelta(seconds=1)
         with engine.begin() as conn:
             store.enqueue(conn, [new_job(f"k{i}", due) for i in range(JOBS)])
-        killed_at = _kill_after_claim(db_url)
+        _kill_after_claim(db_url)
+        with engine.connect() as conn:
+            expiry = conn.execute(sa.select(sa.func.max(send_job.c.lease_expires_at))).scalar_one()
 
         transport = RecordingTransport()
         config = WorkerConfig(
@@ -96,22 +100,27 @@ def test_a_killed_workers_unstarted_claims_are_sent_at_lease_expiry(
             idle_horizon_seconds=0,
         )
         worker = Worker(engine, {"email": transport}, config)
-        report = asyncio.run(asyncio.wait_for(worker.run(), LEASE + GRACE + SLACK + 30))
-        elapsed = time.monotonic() - killed_at
+        report = asyncio.run(asyncio.wait_for(worker.run(), LEASE + GRACE + INTERVAL))
 
         assert report.sent == JOBS
         assert Counter(transport.sent) == Counter({f"k{i}@example.com": 1 for i in range(JOBS)})
-        # Not before the lease expired (on the database clock, which the child's lease was
-        # measured on), and neither a grace nor an interval later.
-        assert LEASE - 1.0 <= elapsed <= LEASE + SLACK, elapsed
         with engine.connect() as conn:
             states = Counter(conn.execute(sa.select(send_job.c.state)).scalars())
-            released = conn.execute(
-                sa.select(sa.func.count())
-                .select_from(send_event)
-                .where(send_event.c.from_state == "claimed", send_event.c.to_state == "pending")
-            ).scalar_one()
+            released = (
+                conn.execute(
+                    sa.select(send_event.c.at).where(
+                        send_event.c.from_state == "claimed", send_event.c.to_state == "pending"
+                    )
+                )
+                .scalars()
+                .all()
+            )
         assert states == Counter({"sent": JOBS})
-        assert released == JOBS  # every one by R1, journalled
+        assert len(released) == JOBS  # every one by R1, journalled
+        # Not before the lease expired, and neither a grace nor an interval later: the
+        # journal's moments and the lease are both on the database clock.
+        late = [(at - expiry).total_seconds() for at in released]
+        assert min(late) >= 0, min(late)
+        assert max(late) <= SLACK, max(late)
     finally:
         engine.dispose()

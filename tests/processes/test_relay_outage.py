@@ -36,7 +36,10 @@ from tests.support.smtp_server import Fault
 RECIPIENTS = 40  # x 3 steps
 OUTAGES = {"postgresql": 30.0, "sqlite": 8.0}  # seconds the relay is down, by backend
 DOWN_AFTER = 30  # messages accepted before the relay goes away
-WRONG_PORT_DEADLINE = 15.0  # seconds: "within seconds, not minutes" with process start-up
+# Seconds from the worker's first claim to its exit: "within seconds, not minutes". Counted
+# from the claim (the journal's time), not from the process's start: start-up is imports,
+# whose time grows with the machine's load, and is not what the test is about.
+WRONG_PORT_DEADLINE = 10.0
 
 
 def _launch(tmp_path: Path, engine: Engine, recipients: int) -> tuple[datetime, list[str]]:
@@ -188,7 +191,6 @@ def test_a_wrong_port_gives_one_clear_line_and_exit_1_at_once(
 ) -> None:
     _launch(tmp_path, engine, 8)
     port = refused_port
-    started = time.monotonic()
     done = subprocess.run(
         [
             str(HERALD),
@@ -204,9 +206,8 @@ def test_a_wrong_port_gives_one_clear_line_and_exit_1_at_once(
         timeout=120,
         env={**os.environ, "NO_COLOR": "1", "COLUMNS": "300"},
     )
-    elapsed = time.monotonic() - started
+    ended = datetime.now(UTC)
     assert done.returncode == 1, (done.stdout, done.stderr)
-    assert elapsed < WRONG_PORT_DEADLINE, elapsed
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
     assert len(lines) == 1, lines
     (line,) = lines
@@ -221,6 +222,9 @@ def test_a_wrong_port_gives_one_clear_line_and_exit_1_at_once(
     assert {(r.state, r.send_attempts, r.claims) for r in rows} == {("pending", 0, 0)}
     with engine.connect() as conn:
         events = OutboxStore(engine.dialect.name).events(conn)
+    first_claim = min(e.at for e in events if e.to_state == "claimed")
+    after_claim = (ended - first_claim).total_seconds()
+    assert after_claim < WRONG_PORT_DEADLINE, after_claim
     moves = {(e.from_state, e.to_state, e.detail) for e in events if e.from_state is not None}
     assert moves <= {
         ("pending", "claimed", None),
