@@ -83,6 +83,7 @@ def test_herald_help_imports_no_command_module_and_no_heavy_library() -> None:
         "herald.cli.coercion",
         "herald.cli.global_options",
         "herald.cli.registry",
+        "herald.cli.startup",
     }
 
 
