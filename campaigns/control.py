@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from campaigns.errors import CampaignError
-from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignRow, CampaignStore
 from dispatch.rates import campaign_key
 from dispatch.store import OutboxStore
+
+if TYPE_CHECKING:
+    from campaigns.spec import LoadedCampaign
 
 
 class CampaignConflict(CampaignError):

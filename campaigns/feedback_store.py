@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from campaigns.addresses import AddressError, mailbox_identity
 from campaigns.feedback import Report, Verdict, clean
 from campaigns.feedback_providers import ProviderEvent
 from campaigns.suppression import suppress
+from dbtypes import dialect_insert
 from dispatch.key_lookup import KeyPrefixError, normalise_prefix
 from dispatch.models import GLOBAL_SCOPE, mail_feedback, send_job
 
@@ -110,9 +110,8 @@ def digest_ref(source: str, *parts: bytes | str) -> str:
 
 def record_feedback(conn: sa.Connection, fb: Feedback) -> Recorded:
     """Insert the evidence once; on first sight apply the suppression it calls for."""
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = (
-        insert(mail_feedback)
+        dialect_insert(mail_feedback, conn.dialect.name)
         .values(
             event_ref=fb.event_ref[:200],
             kind=fb.kind,

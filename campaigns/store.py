@@ -8,10 +8,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from campaigns.models import campaign_table
-from dbtypes import db_now
+from dbtypes import db_now, dialect_insert
 
 C = campaign_table.c
 
@@ -70,6 +69,7 @@ def _row(r: Any) -> CampaignRow:
 class CampaignStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
+        self.dialect_name = dialect_name
 
     def insert_if_new(
         self,
@@ -83,7 +83,7 @@ class CampaignStore:
         trigger: str = "launch",
     ) -> tuple[CampaignRow, bool]:
         """Create the campaign unless it exists; return the stored row and whether it is new."""
-        insert = (postgresql.insert if self.is_postgres else sqlite.insert)(campaign_table)
+        insert = dialect_insert(campaign_table, self.dialect_name)
         result = conn.execute(
             insert.values(
                 name=name,

@@ -9,6 +9,7 @@ the code reads and writes.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Final
 
 import sqlalchemy as sa
 
@@ -37,6 +38,19 @@ SETTLED_STATES = f"state IN {CAMPAIGN_INDEXED}"
 EXHAUSTED_PENDING = (
     "state = 'pending' AND (send_attempts >= max_send_attempts OR claims >= max_claims)"
 )
+
+# The indexes of send_job that are partial on PostgreSQL, and their predicates (migrations 0001,
+# 0007, 0008). Not passed to sa.Index as postgresql_where=: SQLAlchemy checks a dialect's
+# arguments by importing that dialect, and its PostgreSQL package (every driver's module) was
+# ~40 ms of every SQLite command's start-up. with_postgresql_predicates() sets them on the
+# indexes; herald.db calls it for every PostgreSQL engine and create_all() before its DDL, so
+# wherever PostgreSQL reads these models they carry the predicates as before.
+POSTGRESQL_WHERE: Final = {
+    "ix_send_job_due": "state = 'pending'",
+    "ix_send_job_campaign_state": SETTLED_STATES,
+    "ix_send_job_state_lease": LEASE_STATES,
+    "ix_send_job_exhausted": EXHAUSTED_PENDING,
+}
 
 send_job = sa.Table(
     "send_job",
@@ -88,16 +102,16 @@ send_job = sa.Table(
     _ts("superseded_at"),
     _ts("created_at", default_now=True),
     _ts("updated_at", default_now=True),
+    # Partial on both; PostgreSQL's predicate is in POSTGRESQL_WHERE, as for the three below.
     sa.Index(
         "ix_send_job_due",
         "not_before",
         "id",
-        postgresql_where=sa.text("state = 'pending'"),
         sqlite_where=sa.text("state = 'pending'"),
     ),
-    # Partial on PostgreSQL (migration 0007): a transition inserts into every index whose
-    # predicate its new row version meets (none is HOT: state is indexed), so each holds only
-    # the states it is read by. Leased rows are counted from ix_send_job_state_lease
+    # Partial on PostgreSQL (migration 0007, POSTGRESQL_WHERE): a transition inserts into every
+    # index whose predicate its new row version meets (none is HOT: state is indexed), so each
+    # holds only the states it is read by. Leased rows are counted from ix_send_job_state_lease
     # (ReadOps.counts). SQLite keeps them whole: it uses a partial index only for a query that
     # repeats the predicate term for term.
     sa.Index(
@@ -105,13 +119,11 @@ send_job = sa.Table(
         "campaign",
         "step",
         "state",
-        postgresql_where=sa.text(SETTLED_STATES),
     ),
     sa.Index(
         "ix_send_job_state_lease",
         "state",
         "lease_expires_at",
-        postgresql_where=sa.text(LEASE_STATES),
     ),
     # Nearly empty: a pending job normally has budget left. Without it every recovery pass
     # read every pending job (dispatch.outbox.recovery, R3).
@@ -119,7 +131,6 @@ send_job = sa.Table(
         "ix_send_job_exhausted",
         "state",  # leads so that SQLite prefers it to ix_send_job_state_lease (migration 0008)
         "id",
-        postgresql_where=sa.text(EXHAUSTED_PENDING),
         sqlite_where=sa.text(EXHAUSTED_PENDING),
     ),
     sa.Index(
@@ -132,6 +143,21 @@ send_job = sa.Table(
         unique=True,
     ),
 )
+
+
+def with_postgresql_predicates() -> None:
+    """Set ``postgresql_where`` on the indexes of ``POSTGRESQL_WHERE`` (idempotent). Imports
+    SQLAlchemy's PostgreSQL dialect: call it where PostgreSQL is used."""
+    for index in send_job.indexes:
+        where = POSTGRESQL_WHERE.get(str(index.name))
+        if where is not None and index.dialect_kwargs.get("postgresql_where") is None:
+            index.dialect_kwargs["postgresql_where"] = sa.text(where)
+
+
+@sa.event.listens_for(metadata, "before_create")
+def _predicates_before_ddl(_target: Any, connection: sa.Connection, **_kw: Any) -> None:
+    if connection.dialect.name == "postgresql":
+        with_postgresql_predicates()
 
 
 # Append-only journal; one row per transition, written in the transition's transaction.

@@ -19,14 +19,16 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tomllib
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from herald.config_names import SECRET_TABLE, Kind, Setting, env_name
 from herald.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tomllib
 
 FILE_NAME: Final = "herald.toml"
 CONFIG_VARIABLE: Final = "HERALD_CONFIG"
@@ -76,6 +78,8 @@ def find(option: str | None, environ: Mapping[str, str], cwd: Path | None = None
 
 def read(path: Path, known: Mapping[str, Setting]) -> dict[str, str]:
     """The variables ``path`` sets, each value as environment text; ConfigError for any problem."""
+    import tomllib  # here: most runs find no file, and every command looks
+
     try:
         with path.open("rb") as file:
             document = tomllib.load(file)

@@ -75,6 +75,11 @@ def _postgres_engine(url: sa.URL, pooler: str, **kwargs: Any) -> Engine:
         # LISTEN, temporary table, WITH HOLD cursor or session advisory lock).
         connect_args = {**kwargs.pop("connect_args", {}), "prepare_threshold": None}
         kwargs["connect_args"] = connect_args
+    # The models' PostgreSQL-only index predicates, set where PostgreSQL is used (not at import:
+    # they import SQLAlchemy's PostgreSQL dialect; dispatch/models.py).
+    from dispatch.models import with_postgresql_predicates
+
+    with_postgresql_predicates()
     return sa.create_engine(url, pool_pre_ping=True, **kwargs)
 
 

@@ -19,9 +19,8 @@ from datetime import datetime
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
-from dbtypes import db_now
+from dbtypes import db_now, dialect_insert
 from dispatch.models import suppression
 from scheduler.models import enrollment_table
 
@@ -97,6 +96,7 @@ def _row(r: Any) -> EnrollmentRow:
 class EnrollmentStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
+        self.dialect_name = dialect_name
 
     def enroll(
         self,
@@ -132,7 +132,7 @@ class EnrollmentStore:
                 }
                 for entry in entries[start : start + CHUNK]
             ]
-            insert = (postgresql.insert if self.is_postgres else sqlite.insert)(enrollment_table)
+            insert = dialect_insert(enrollment_table, self.dialect_name)
             result = conn.execute(
                 insert.values(rows)
                 .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])

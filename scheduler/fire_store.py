@@ -15,9 +15,8 @@ from datetime import datetime
 from typing import Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
-from dbtypes import db_now
+from dbtypes import db_now, dialect_insert
 from scheduler.models import trigger_fire_table
 
 F = trigger_fire_table.c
@@ -38,6 +37,7 @@ class Fire:
 class FireStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
+        self.dialect_name = dialect_name
 
     def record(self, conn: sa.Connection, campaign: str, fires: Sequence[Fire]) -> int:
         """Insert the fires not decided yet; returns how many were new (the rest were decided
@@ -53,7 +53,7 @@ class FireStore:
                 }
                 for fire in fires[start : start + CHUNK]
             ]
-            insert = (postgresql.insert if self.is_postgres else sqlite.insert)(trigger_fire_table)
+            insert = dialect_insert(trigger_fire_table, self.dialect_name)
             # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT DO NOTHING.
             result = conn.execute(
                 insert.values(rows)

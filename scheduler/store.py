@@ -8,9 +8,8 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
-from dbtypes import db_now, db_now_plus, seconds
+from dbtypes import db_now, db_now_plus, dialect_insert, seconds
 from scheduler.models import audience_fetch_table, audience_snapshot_table, occurrence_table
 
 Occ = occurrence_table.c
@@ -29,12 +28,13 @@ class OccurrenceRow:
 class OccurrenceStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
+        self.dialect_name = dialect_name
 
     def open(
         self, conn: sa.Connection, campaign: str, step: str, occurrence_at: datetime
     ) -> OccurrenceRow:
         """Insert the occurrence if it is new (unique), then return its current row."""
-        insert = (postgresql.insert if self.is_postgres else sqlite.insert)(occurrence_table)
+        insert = dialect_insert(occurrence_table, self.dialect_name)
         conn.execute(
             insert.values(
                 campaign=campaign,
@@ -106,6 +106,7 @@ class SnapshotStore:
 
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
+        self.dialect_name = dialect_name
 
     @staticmethod
     def _key(campaign: str, occurrence_at: datetime) -> tuple[sa.ColumnElement[bool], ...]:
@@ -142,7 +143,7 @@ class SnapshotStore:
         if its writer wrote nothing for that many seconds (database clock); otherwise the
         returned row carries the other writer's token.
         """
-        insert = (postgresql.insert if self.is_postgres else sqlite.insert)(audience_fetch_table)
+        insert = dialect_insert(audience_fetch_table, self.dialect_name)
         conn.execute(
             insert.values(
                 campaign=campaign,

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
+from dbtypes import dialect_insert
 from dispatch.models import send_event
 from dispatch.outbox.dialect_sqlite import SqliteForms
 from dispatch.outbox.forms import Built, Column, LeaseBatch, SqlForms, batch_params, shape_of
@@ -40,9 +40,9 @@ class _UnnestBatch:
         if v is None:
             types = {"id": sa.BigInteger(), "token": sa.BigInteger()}
             types.update({name: c.type_ for name, c in columns.items()})
-            fn = sa.func.unnest(
-                *[sa.bindparam(f"v_{n}", type_=postgresql.ARRAY(t)) for n, t in types.items()]
-            )
+            from sqlalchemy.dialects.postgresql import ARRAY  # not at import: dialect_insert
+
+            fn = sa.func.unnest(*[sa.bindparam(f"v_{n}", type_=ARRAY(t)) for n, t in types.items()])
             v = self._shapes[self.shape] = fn.table_valued(
                 *[sa.column(n, t) for n, t in types.items()]
             ).render_derived(name="v")
@@ -79,7 +79,7 @@ class PostgresForms:
     name = "postgresql"
 
     def insert(self, table: sa.Table) -> Any:
-        return postgresql.insert(table)
+        return dialect_insert(table, self.name)
 
     def greatest(self, a: Any, b: Any) -> Any:
         return sa.func.greatest(a, b)

@@ -10,10 +10,13 @@ the headers: ``warning`` is what validate and launch print when a marketing camp
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from campaigns.spec import LoadedCampaign
 from herald.mail_settings import MailSettings
 from scheduler.unsubscribe_links import UnsubscribeLinks
+
+if TYPE_CHECKING:
+    from campaigns.spec import LoadedCampaign
 
 
 def links_of(settings: MailSettings) -> UnsubscribeLinks | None:

@@ -12,12 +12,37 @@ Exit codes: 0 success, 1 operational failure, 2 invalid input. Errors are printe
 
 from __future__ import annotations
 
-# The app's own options (--config) and `herald config`: read before any command's options.
-from herald.cli import global_options  # noqa: F401
-from herald.cli.base import app
+from typing import TYPE_CHECKING, Any
+
+from herald.cli import startup
+
+if TYPE_CHECKING:
+    from typer import Typer
+
+    from herald.cli.base import app as app
 
 __all__ = ["app", "main"]
 
 
 def main() -> None:
-    app()
+    startup.pause()  # until the command begins its work (herald/cli/startup.py)
+    try:
+        _app()()
+    finally:
+        startup.resume()
+
+
+def _app() -> Typer:
+    # The app's own options (--config) and `herald config`: read before any command's options.
+    from herald.cli import global_options  # noqa: F401
+    from herald.cli.base import app
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    # `from herald.cli import app`: imported when first named, so that main() imports typer and
+    # rich with the collector paused.
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from campaigns.errors import CampaignError, SpecError
-from herald.cli import coercion
+from herald.cli import coercion, startup
 from herald.cli.registry import LazyGroup
 from herald.errors import HeraldError
 from herald.output import err, styled
@@ -148,8 +148,14 @@ def keep_until_done(engine: Engine) -> Engine:
 
 
 @contextmanager
-def errors_mapped() -> Iterator[None]:
-    """The seam: our errors and library errors become one line and an exit code."""
+def errors_mapped(*, starts_work: bool = True) -> Iterator[None]:
+    """The seam: our errors and library errors become one line and an exit code.
+
+    A command's first block also ends its start-up (herald/cli/startup.py): it has imported
+    what it needs. ``starts_work=False``: the app's own callback, before the command's imports.
+    """
+    if starts_work:
+        startup.resume()
     try:
         yield
     except SpecError as exc:

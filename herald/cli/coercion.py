@@ -4,7 +4,8 @@ Typer converts every option's value (a default included) through a pydantic ``Ty
 and building the first one imports pydantic: about a quarter of ``herald status``'s start-up,
 for ``--database-url`` and ``--interval``. ``install()`` gives typer a conversion that returns
 the plain cases directly — a string, a whole number or a decimal written plainly, within the
-option's min/max — with the value pydantic would have returned, and hands every other value
+option's min/max, a StrEnum's member or value (--log-level: the service commands) — with the
+value pydantic would have returned, and hands every other value
 to typer's own conversion unchanged (so every error message, and every exotic spelling, is
 still typer's). tests/unit/test_cli_coercion.py compares the two on generated values.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 import typer.core
@@ -39,6 +41,12 @@ def plain_value(annotation: Any, info: ParameterInfo, value: Any) -> Any:
         return value if type(value) is str else _UNSURE
     if annotation is bool:  # typer asks even for --help's None (which never gets here)
         return value if type(value) is bool else _UNSURE
+    if _is_str_enum(annotation):  # --log-level, --log-format: a member, or a member's value
+        if type(value) is annotation:
+            return value
+        if type(value) is str:
+            return next((member for member in annotation if member.value == value), _UNSURE)
+        return _UNSURE
     number: int | float
     if annotation is int:
         if type(value) is int:
@@ -63,7 +71,8 @@ def plain_value(annotation: Any, info: ParameterInfo, value: Any) -> Any:
 
 @dataclass(frozen=True)
 class _Plain(RuntimeParam):
-    """A str, bool, int or float option: its plain values directly, the rest through typer."""
+    """A str, bool, int, float or StrEnum option: its plain values directly, the rest through
+    typer."""
 
     def _coerce_value(self, value: Any, param: _TyperParameter, ctx: Context) -> Any:
         plain = _UNSURE
@@ -75,8 +84,15 @@ class _Plain(RuntimeParam):
         return typers._coerce_value(value, param=param, ctx=ctx)
 
 
+def _is_str_enum(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, StrEnum)
+
+
 def _runtime_param(descriptor: TypeDescriptor) -> RuntimeParam:
-    if descriptor.file_annotation is None and descriptor.annotation in (str, bool, int, float):
+    annotation = descriptor.annotation
+    if descriptor.file_annotation is None and (
+        annotation in (str, bool, int, float) or _is_str_enum(annotation)
+    ):
         return _Plain(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation)
     return build_runtime_param(descriptor)
 

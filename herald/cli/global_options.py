@@ -38,7 +38,7 @@ def _global_options(
         return
     from herald.config import load
 
-    with errors_mapped():
+    with errors_mapped(starts_work=False):  # the command's imports are still to come
         loaded = load(config, lambda: every_setting(ctx))
     ctx.meta[LOADED] = loaded
     # What the file set is undone when the command ends: a test (or any caller) running many

@@ -12,6 +12,7 @@ from typer._coercion import TypeDescriptor, build_runtime_param
 from typer.models import OptionInfo
 
 from herald.cli.coercion import _UNSURE, plain_value
+from herald.cli.log_options import LogFormatName, LogLevelName
 
 TEXT = st.text(alphabet="0123456789-+._eE xa", max_size=10)
 VALUES = st.one_of(
@@ -48,6 +49,22 @@ def test_a_plain_value_is_what_typer_would_make_of_it(
         assert (plain, type(plain)) == (expected, type(expected))
 
 
+@given(
+    annotation=st.sampled_from([LogLevelName, LogFormatName]),
+    value=st.one_of(
+        st.sampled_from([*LogLevelName, *LogFormatName]),
+        st.sampled_from([m.value for m in [*LogLevelName, *LogFormatName]]),
+        st.sampled_from(["INFO", "Json", " info", "info ", "", "warn"]),
+        VALUES,
+    ),
+)
+def test_a_plain_enum_value_is_what_typer_would_make_of_it(annotation: Any, value: Any) -> None:
+    plain = plain_value(annotation, OptionInfo(), value)
+    if plain is not _UNSURE:
+        expected = typers(annotation, OptionInfo(), value)
+        assert (plain, type(plain)) == (expected, type(expected))
+
+
 @pytest.mark.parametrize(
     ("annotation", "value", "expected"),
     [
@@ -58,6 +75,9 @@ def test_a_plain_value_is_what_typer_would_make_of_it(
         (float, 2, 2.0),
         (float, 2.0, 2.0),
         (bool, True, True),
+        (LogLevelName, "debug", LogLevelName.debug),
+        (LogLevelName, LogLevelName.info, LogLevelName.info),
+        (LogFormatName, "json", LogFormatName.json),
     ],
 )
 def test_the_common_values_are_plain(annotation: Any, value: Any, expected: Any) -> None:
@@ -79,6 +99,9 @@ def test_the_common_values_are_plain(annotation: Any, value: Any, expected: Any)
         (str, 5, OptionInfo()),
         (bool, "yes", OptionInfo()),
         (str, "x", OptionInfo(parser=str.upper)),
+        (LogLevelName, "INFO", OptionInfo()),  # a spelling left to typer (and pydantic)
+        (LogLevelName, LogFormatName.json, OptionInfo()),  # another enum's member
+        (LogLevelName, 1, OptionInfo()),
     ],
 )
 def test_anything_else_is_left_to_typer(annotation: Any, value: Any, info: OptionInfo) -> None:

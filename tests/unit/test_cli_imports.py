@@ -5,8 +5,12 @@ Rich is not among them: typer prints its help with rich, and ``status`` its tabl
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 # Imported by nothing `--help` runs: the database, templates, SMTP, HTTP, pydantic (typer's
 # conversion of option values, herald/cli/coercion.py).
@@ -36,6 +40,12 @@ NOT_FOR_STATUS = [
     "prometheus_client",
     "starlette",
 ]
+# Not on SQLite: SQLAlchemy's PostgreSQL dialect (imported when a PostgreSQL statement or engine
+# is made: dbtypes.dialect_insert, dispatch.models.POSTGRESQL_WHERE) and its driver.
+POSTGRESQL = ["sqlalchemy.dialects.postgresql", "psycopg"]
+# What reads campaign files (the spec's models, templates, audiences, schedules): a command that
+# only reads or changes what is stored needs none of it.
+CAMPAIGN_FILES = ["campaigns.spec", "pydantic", "jinja2", "templates", "httpx", "yaml", "croniter"]
 RUN = """
 import sys
 sys.argv = ["herald", *sys.argv[1:]]
@@ -73,6 +83,7 @@ def test_herald_help_imports_no_command_module_and_no_heavy_library() -> None:
         "herald.cli.coercion",
         "herald.cli.global_options",
         "herald.cli.registry",
+        "herald.cli.startup",
     }
 
 
@@ -87,3 +98,21 @@ def test_status_imports_neither_migrations_nor_pydantic(db_url: str) -> None:
     modules = loaded_by("status", database_url=db_url)
     assert "herald.app.status" in modules  # it ran
     assert imported(modules, NOT_FOR_STATUS) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "runs", "not_imported"),
+    [
+        (["status"], "herald.app.status", POSTGRESQL + NOT_FOR_STATUS),
+        (["recover"], "herald.app.operator", POSTGRESQL + CAMPAIGN_FILES),
+        (["prune", "--older-than", "30d"], "herald.app.prune", POSTGRESQL + CAMPAIGN_FILES),
+    ],
+)
+def test_commands_on_sqlite_import_only_what_they_use(
+    command: list[str], runs: str, not_imported: list[str], sqlite_template: Path, tmp_path: Path
+) -> None:
+    database = tmp_path / "herald.db"
+    shutil.copy(sqlite_template, database)
+    modules = loaded_by(*command, database_url=f"sqlite:///{database}")
+    assert runs in modules  # it ran
+    assert imported(modules, not_imported) == []
