@@ -37,6 +37,8 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
 from dkim.canonicalization import CanonicalizationPolicy
 
+from dispatch.wire_form import wire_form
+
 RSA = "rsa-sha256"
 ED25519 = "ed25519-sha256"
 ALGORITHMS = (RSA, ED25519)
@@ -83,26 +85,9 @@ OVERSIGNED_HEADERS = (
     "list-unsubscribe-post",
 )
 
-_LINE_ENDING = re.compile(rb"\r\n|\r|\n")
-
 
 class DkimKeyError(ValueError):
     """A key that cannot sign. The message describes the problem, never the key."""
-
-
-def wire_form(message: bytes) -> bytes:
-    """``message`` with CRLF line endings and a final CRLF: exactly what SMTP DATA sends.
-
-    aiosmtplib normalises lone CR and LF the same way before transmitting; doing it first means
-    the bytes signed are the bytes sent.
-    """
-    crlf = message.count(b"\r\n")
-    if message.count(b"\r") == crlf and message.count(b"\n") == crlf:
-        # Already CRLF throughout (every rendered payload): three scans, no copy.
-        normalised = message
-    else:
-        normalised = _LINE_ENDING.sub(b"\r\n", message)
-    return normalised if normalised.endswith(b"\r\n") else normalised + b"\r\n"
 
 
 def header_list(names: Sequence[bytes]) -> list[bytes]:

@@ -22,11 +22,11 @@ import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import aiosmtplib
 
-from dispatch.dkim_signing import DkimSigner, wire_form
 from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.message_date import with_date
@@ -41,6 +41,11 @@ from dispatch.transport import (
     TransportConfigError,
     Verdict,
 )
+from dispatch.wire_form import wire_form
+
+if TYPE_CHECKING:
+    from dispatch.dkim_signing import DkimSigner
+
 
 COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
 # RFC 5321 §4.5.3.2 asks clients to wait 10 minutes for the reply to the final dot. A shorter

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dispatch.dkim_signing import RSA, DkimKeyError, DkimSigner, DkimSigningKey
 from dispatch.return_path import VerpReturnPath
 from herald.errors import ConfigError
 from herald.mail_settings import DkimKey, MailSettings
+
+if TYPE_CHECKING:
+    from dispatch.dkim_signing import DkimSigner, DkimSigningKey
+
+# dispatch.dkim_signing (dkimpy, cryptography: ~80 ms) is imported only where a key is read or
+# made, so a worker without DKIM keys never loads it. Its algorithm names, as plain text here:
+RSA = "rsa-sha256"
 
 
 def key_file_variable(algorithm: str) -> str:
@@ -21,6 +28,8 @@ def key_file_variable(algorithm: str) -> str:
 
 
 def load_key(setting: DkimKey) -> DkimSigningKey:
+    from dispatch.dkim_signing import DkimKeyError, DkimSigningKey
+
     variable = key_file_variable(setting.algorithm)
     try:
         data = setting.key_file.read_bytes()
@@ -48,6 +57,8 @@ def load_signer(settings: MailSettings) -> DkimSigner | None:
     """Every configured key, parsed and tried once; None when DKIM is not configured."""
     if not settings.dkim:
         return None
+    from dispatch.dkim_signing import DkimSigner
+
     return DkimSigner([load_key(setting) for setting in settings.dkim])
 
 

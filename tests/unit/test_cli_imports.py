@@ -46,6 +46,15 @@ POSTGRESQL = ["sqlalchemy.dialects.postgresql", "psycopg"]
 # What reads campaign files (the spec's models, templates, audiences, schedules): a command that
 # only reads or changes what is stored needs none of it.
 CAMPAIGN_FILES = ["campaigns.spec", "pydantic", "jinja2", "templates", "httpx", "yaml", "croniter"]
+# A worker reads no campaign file and, without DKIM keys, loads no signer; a campaign's pause
+# setting (pydantic, PyYAML) is read at its first failure (campaigns.error_threshold). httpx is
+# the webhook transport's, built at start.
+NOT_FOR_A_WORKER = [
+    *(name for name in CAMPAIGN_FILES if name != "httpx"),
+    "dispatch.dkim_signing",
+    "dkim",
+    "cryptography",
+]
 RUN = """
 import sys
 sys.argv = ["herald", *sys.argv[1:]]
@@ -106,6 +115,7 @@ def test_status_imports_neither_migrations_nor_pydantic(db_url: str) -> None:
         (["status"], "herald.app.status", POSTGRESQL + NOT_FOR_STATUS),
         (["recover"], "herald.app.operator", POSTGRESQL + CAMPAIGN_FILES),
         (["prune", "--older-than", "30d"], "herald.app.prune", POSTGRESQL + CAMPAIGN_FILES),
+        (["worker", "--until-idle"], "herald.app.worker", POSTGRESQL + NOT_FOR_A_WORKER),
     ],
 )
 def test_commands_on_sqlite_import_only_what_they_use(
