@@ -35,7 +35,6 @@ together as one SpecError; see errors.SpecError.problems.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,6 +55,7 @@ from pydantic import (
 from pydantic_core import PydanticKnownError
 
 from campaigns.errors import CampaignError, SpecError, excerpt
+from campaigns.names import CAMPAIGN_NAME_PATTERN
 from campaigns.spec_audience import AudienceSource as AudienceSource  # re-exported
 from campaigns.spec_audience import CsvAudience as CsvAudience
 from campaigns.spec_audience import InlineAudience as InlineAudience
@@ -80,8 +80,6 @@ from templates.files import resolve_inside
 # Campaign files are hand-written; anything bigger is a mistake or an audience that belongs in
 # a CSV file, and YAML parsing would need many times this much memory.
 MAX_SPEC_BYTES = 16 * 1024 * 1024
-
-CAMPAIGN_NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_.-]{0,127}")
 
 TRIGGER_HINT = (
     "a campaign has one trigger: start_at (once, at a time), schedule (repeatedly) or"

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from campaigns.addresses import AddressError, mailbox_identity
 from campaigns.errors import CampaignError, excerpt
-from campaigns.spec import CAMPAIGN_NAME_PATTERN
+from campaigns.names import CAMPAIGN_NAME_PATTERN
 from dispatch.models import GLOBAL_SCOPE, send_job, suppression
 from dispatch.states import State
 from dispatch.store import OutboxStore

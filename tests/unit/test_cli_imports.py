@@ -116,6 +116,7 @@ def test_status_imports_neither_migrations_nor_pydantic(db_url: str) -> None:
         (["recover"], "herald.app.operator", POSTGRESQL + CAMPAIGN_FILES),
         (["prune", "--older-than", "30d"], "herald.app.prune", POSTGRESQL + CAMPAIGN_FILES),
         (["worker", "--until-idle"], "herald.app.worker", POSTGRESQL + NOT_FOR_A_WORKER),
+        (["suppress", "list"], "campaigns.suppression", POSTGRESQL + CAMPAIGN_FILES),
     ],
 )
 def test_commands_on_sqlite_import_only_what_they_use(
