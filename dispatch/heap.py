@@ -10,7 +10,10 @@ permanent generation, which no collection visits; new objects are collected as b
 
 Frozen objects that are already garbage (a cycle nobody has collected yet) wait until the last
 running worker ends: ``gc.unfreeze()`` then hands everything back to the oldest generation, so a
-process that runs workers one after another (the test suite) keeps nothing for good.
+process that runs workers one after another (the test suite) keeps nothing for good. Unless the
+heap was already frozen when the first worker started: ``herald``'s command line freezes what
+its start-up made for the life of the process (herald/cli/startup.py), and unfreezing would
+undo that; what the worker froze besides (the engine, the configuration) lives as long anyway.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ from contextlib import contextmanager
 
 _lock = threading.Lock()
 _running = 0  # workers inside frozen_heap(), in any thread of the process
+_unfreeze_after = False  # the heap was not frozen before the first of them: unfreeze after
 
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
     """Freeze the heap as it is for as long as any worker of this process runs."""
-    global _running
+    global _running, _unfreeze_after
     with _lock:
+        if _running == 0:
+            _unfreeze_after = gc.get_freeze_count() == 0
         _running += 1
         gc.freeze()  # a later worker freezes what was made since, too
     try:
@@ -36,5 +42,5 @@ def frozen_heap() -> Iterator[None]:
     finally:
         with _lock:
             _running -= 1
-            if _running == 0:
+            if _running == 0 and _unfreeze_after:
                 gc.unfreeze()

@@ -58,3 +58,17 @@ def test_frozen_heap_while_any_worker_runs() -> None:
             assert gc.get_freeze_count() >= first
         assert gc.get_freeze_count() > 0, "the first worker still runs: still frozen"
     assert gc.get_freeze_count() == 0
+
+
+def test_frozen_heap_keeps_a_heap_frozen_before_it_frozen() -> None:
+    """herald's command line froze its start-up objects for the process's life: a worker's end
+    does not undo that."""
+    if gc.get_freeze_count():
+        pytest.fail("the heap was frozen before the test")
+    gc.freeze()
+    try:
+        with frozen_heap():
+            assert gc.get_freeze_count() > 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
