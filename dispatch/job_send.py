@@ -26,7 +26,7 @@ from dispatch.relay_circuit import RelayGate
 from dispatch.send_windows import UnreadableWindow, closed_until
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Deferral, LeaseRow
-from dispatch.transport import Envelope, Outcome, Transport, TransportConfigError, Verdict
+from dispatch.transport import Outcome, Transport, TransportConfigError, Verdict, new_envelope
 from dispatch.window_gate import WindowGate
 from dispatch.worker_config import WorkerConfig
 from dispatch.worker_report import WorkerReport
@@ -140,14 +140,8 @@ class JobSender:
             if opens is not None:  # the window closed while the job waited in the backlog
                 await self.windows.hand_back([Deferral(job.lease, opens)])
                 return
-        envelope = Envelope(
-            job_id=job.id,
-            key=job.key,
-            channel=job.channel,
-            sender=job.sender,
-            recipient=job.recipient,
-            message_id=job.message_id,
-            payload=job.payload,
+        envelope = new_envelope(  # Envelope(...) without the frozen __init__'s cost
+            job.id, job.key, job.channel, job.sender, job.recipient, job.message_id, job.payload
         )
         try:
             prepared = await self.relay.prepare(transport, job, envelope)

@@ -6,6 +6,7 @@ Pure: the worker records what this returns (T5, T6, T6f, T7, T7f, T8).
 from __future__ import annotations
 
 from dispatch.backoff import retry_delay
+from dispatch.outbox.jobs import sent_completion
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion
 from dispatch.transport import Outcome, Verdict
@@ -19,7 +20,7 @@ def completion_for(
     one of ``max_send_attempts``."""
     verdict = outcome.verdict
     if verdict is Verdict.SENT:
-        return Completion(job.lease, State.SENT, outcome.code, outcome.text)
+        return sent_completion(job.lease, outcome.code, outcome.text)  # the common one, cheaper
     if verdict is Verdict.IN_DOUBT:
         return Completion(
             job.lease, State.IN_DOUBT, outcome.code, outcome.text, in_doubt_reason=outcome.text

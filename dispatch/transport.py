@@ -7,7 +7,7 @@ responsibility for the message (SMTP DATA, an HTTP request body).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -76,6 +76,34 @@ class Envelope:
     recipient: str
     message_id: str
     payload: bytes
+
+
+_ENVELOPE_FIELDS = ("job_id", "key", "channel", "sender", "recipient", "message_id", "payload")
+assert tuple(f.name for f in fields(Envelope)) == _ENVELOPE_FIELDS  # new_envelope fills them
+
+
+def new_envelope(
+    job_id: int,
+    key: str,
+    channel: str,
+    sender: str,
+    recipient: str,
+    message_id: str,
+    payload: bytes,
+) -> Envelope:
+    """``Envelope(...)`` (the same arguments), one per send, filled without the frozen
+    dataclass's ``__init__`` (an ``object.__setattr__`` per field: 3.5 µs against about 1).
+    The result is the same frozen, equal, hashable instance."""
+    envelope: Envelope = object.__new__(Envelope)
+    values = envelope.__dict__
+    values["job_id"] = job_id
+    values["key"] = key
+    values["channel"] = channel
+    values["sender"] = sender
+    values["recipient"] = recipient
+    values["message_id"] = message_id
+    values["payload"] = payload
+    return envelope
 
 
 class PreparedSend(Protocol):

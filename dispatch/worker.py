@@ -35,6 +35,7 @@ from sqlalchemy.engine import Engine
 
 from dispatch.committer import GroupCommitter
 from dispatch.failure_watch import FailureWatch
+from dispatch.heap import frozen_heap
 from dispatch.held_leases import HeldLeases
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.job_send import JobSender
@@ -162,6 +163,10 @@ class Worker:
         self.stop()
 
     async def run(self) -> WorkerReport:
+        with frozen_heap():  # full GC passes skip what already exists (dispatch.heap)
+            return await self._run()
+
+    async def _run(self) -> WorkerReport:
         self.committer.start()
         background: list[asyncio.Task[None]] = []
         try:

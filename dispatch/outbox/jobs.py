@@ -156,6 +156,34 @@ _COMPLETIONS: dict[tuple[State, bool], Transition] = {
     (State.IN_DOUBT, False): T.DATA_UNKNOWN,
 }
 
+_COMPLETION_FIELDS = (
+    "lease",
+    "target",
+    "code",
+    "text",
+    "retry_in",
+    "in_doubt_reason",
+    "before_data",
+)
+assert tuple(f.name for f in fields(Completion)) == _COMPLETION_FIELDS  # sent_completion fills them
+
+
+def sent_completion(lease: Lease, code: int | None, text: str) -> Completion:
+    """``Completion(lease, State.SENT, code, text)``, one per sent job, filled without the
+    frozen dataclass's ``__init__`` (seven ``object.__setattr__`` calls: 3.6 µs against 1.5).
+    The result is the same frozen, equal, hashable instance."""
+    done: Completion = _new(Completion)
+    values = done.__dict__
+    values["lease"] = lease
+    values["target"] = State.SENT
+    values["code"] = code
+    values["text"] = text
+    values["retry_in"] = 0.0
+    values["in_doubt_reason"] = None
+    values["before_data"] = False
+    return done
+
+
 #: Every transition a completion can perform.
 COMPLETION_TRANSITIONS: tuple[Transition, ...] = tuple(dict.fromkeys(_COMPLETIONS.values()))
 
