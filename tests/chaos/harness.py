@@ -71,6 +71,11 @@ class ChaosConfig:
     # wall time, is what is being judged.
     stall_timeout: float = 180.0
     deadline: float = 1800.0
+    # The naive variant never goes quiet (its zombie leaves rows in sending), so its run ends by
+    # a stall: this much without progress once the worker has been stopped. Before the stop the
+    # stall_timeout above applies, so a loaded machine's slow start is not mistaken for the end
+    # (a 20 s stall limit from the start once ended a run at 8 of 450 messages, before any stop).
+    stall_after_stop: float | None = None
     # A stopped worker may hold row locks (inside a transaction) that the others wait on: if
     # nothing finishes for this long while it is stopped, it is resumed anyway, late enough
     # that its leases have long expired, so it still comes back as a zombie.
@@ -286,7 +291,7 @@ class Chaos:
             if done != last_done or len(self.dead) != last_exits or resumed:
                 last_progress, last_done, last_exits = time.monotonic(), done, len(self.dead)
                 self.last_progress = last_progress
-            elif time.monotonic() - last_progress > cfg.stall_timeout:
+            elif time.monotonic() - last_progress > self._stall_limit():
                 break
             quiet = done >= total and self.quiescent(engine)
             # Done when every job is terminal AND every worker has gone idle and exited, so a
@@ -309,12 +314,18 @@ class Chaos:
                 self.spawn(smtp_url)
             time.sleep(0.05)  # the controller's own polling cadence
         self.result.problems.append(
-            f"not quiescent: stalled {cfg.stall_timeout:.0f}s at {last_done}/{total} finished"
+            f"not quiescent: stalled {self._stall_limit():.0f}s at {last_done}/{total} finished"
             f" (or past the {cfg.deadline:.0f}s cap)"
         )
         self.resume_due(None, everyone=True)
         for worker in self.workers:
             self.kill(worker, "deadline")
+
+    def _stall_limit(self) -> float:
+        cfg = self.config
+        if cfg.stall_after_stop is not None and self.result.stops:
+            return cfg.stall_after_stop
+        return cfg.stall_timeout
 
     def _finished(self, engine: sa.Engine) -> int:
         try:

@@ -55,7 +55,7 @@ def test_the_suite_catches_a_worker_without_guards(tmp_path: Path, db_url: str) 
         host_restart=False,
         server_faults=False,
         unguarded=True,
-        stall_timeout=20.0,  # the zombie leaves rows stuck in sending: it never goes idle
+        stall_after_stop=20.0,  # the zombie leaves rows stuck in sending: it never goes idle
     )
     result = Chaos(tmp_path, config).run()
     print("\n" + result.summary() + "  [naive worker: must fail]")
