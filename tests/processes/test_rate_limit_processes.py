@@ -106,9 +106,12 @@ def test_two_workers_hold_one_domain_to_its_rate_and_keep_busy_on_others(
 
     times = arrivals(server, "limited.test")
     first = times[0]
-    # 20 seconds after the opening burst: 5/s within 10 %.
+    # 20 seconds after the opening burst: at most 5/s plus 10 %, and at least 3.5/s. The floor
+    # is loose because how promptly workers use their slots depends on the machine's load (4.2/s
+    # was seen at load 19); what it must catch is a limiter that wastes slots by its own doing,
+    # e.g. one that counts each send twice (2.5/s) or refills only between claims.
     measured = in_window(times, first + 2, 20) / 20
-    assert 4.5 <= measured <= 5.5, measured
+    assert 3.5 <= measured <= 5.5, measured
     # Never faster, judged on events rather than on how promptly a busy machine sent: each
     # slot is taken in the transaction of the send's T4, so the T4 moments themselves keep
     # GCRA's bound: at most 5 * (1 + EPSILON) + burst in any second, whatever the load.
