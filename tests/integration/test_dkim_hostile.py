@@ -44,7 +44,11 @@ PIECES = st.one_of(
     st.integers(min_value=70, max_value=1200).map(lambda n: "é" * n),
 )
 TEXTS = st.lists(PIECES, max_size=12).map("".join)
-NAMES = st.one_of(st.none(), st.text(LETTERS, max_size=60))
+# Header text: every plane's letters but control characters, which build_message refuses in a
+# header (tests/unit/test_templates_mime.py); with them, most drawn subjects and names were
+# refused and hypothesis gave up (filter_too_much) before enough messages had been signed.
+HEADER_LETTERS = st.characters(exclude_categories=["Cs", "Cc"])
+NAMES = st.one_of(st.none(), st.text(HEADER_LETTERS, max_size=60))
 
 
 def send(server: LedgerSMTPServer, payload: bytes, recipient: str = "to@example.com") -> bytes:
@@ -81,7 +85,7 @@ def test_rendered_messages_with_hostile_content_verify_at_the_server(tmp_path: P
 
         @PROPERTY
         @given(
-            subject=st.text(LETTERS, max_size=300),
+            subject=st.text(HEADER_LETTERS, max_size=300),
             text=TEXTS,
             html=st.one_of(st.none(), TEXTS.map(lambda t: f"<p>{t}</p>")),
             sender_name=NAMES,
