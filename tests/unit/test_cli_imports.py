@@ -4,13 +4,12 @@ Rich is not among them: typer prints its help with rich, and ``status`` its tabl
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.cli_probe import probe_stderr
 
 # Imported by nothing `--help` runs: the database, templates, SMTP, HTTP, pydantic (typer's
 # conversion of option values, herald/cli/coercion.py).
@@ -68,15 +67,7 @@ print("\\n".join(sorted(sys.modules)), file=sys.stderr)
 
 
 def loaded_by(*args: str, database_url: str = "sqlite://") -> set[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HERALD_DATABASE_URL": database_url},
-        check=True,
-    )
-    return set(done.stderr.split())
+    return set(probe_stderr(RUN, *args, database_url=database_url).split())
 
 
 def imported(modules: set[str], names: list[str]) -> list[str]:

@@ -4,11 +4,12 @@ collects again (start-up's objects frozen) once the command begins its work; imp
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.cli_probe import probe_stderr
 
 # Runs `herald ARGS` through main() as the console script does, with the collector's state
 # seen by the status use case (the command's work) and after main() returned.
@@ -33,15 +34,7 @@ print("\\n".join(seen), file=sys.stderr)
 
 
 def probe(*args: str, database_url: str = "sqlite://") -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HERALD_DATABASE_URL": database_url},
-        check=True,
-    )
-    return done.stderr.splitlines()[-2:]
+    return probe_stderr(PROBE, *args, database_url=database_url).splitlines()[-2:]
 
 
 def test_a_command_works_and_ends_with_the_collector_on(
