@@ -26,17 +26,20 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from campaigns.models import CampaignStatus, campaign_table
+
+# Imported with the worker, not at a campaign's first failure: there the import (pydantic,
+# PyYAML: about 0.3 s cold) ran inside the failing batch's transaction, holding the campaign's
+# row lock and the commit lane while the other workers went on failing sends, so the brake
+# came late (28 failures against a bound of 25 in a clean-clone run).
+from campaigns.spec_pause import DEFAULT_PAUSE_ON_ERRORS, PauseOnErrors, pause_setting
+from campaigns.yaml_loader import load_yaml
 from dbtypes import db_now
 from dispatch.models import send_job
 from dispatch.states import State
-
-if TYPE_CHECKING:
-    from campaigns.spec_pause import PauseOnErrors
 
 C = campaign_table.c
 J = send_job.c
@@ -100,11 +103,6 @@ class ErrorThreshold:
 def stored_setting(spec_text: str) -> PauseOnErrors | None:
     """The ``pause_on_errors`` of a stored (already validated) spec; the default if the text
     cannot be read back, since a brake that fails open is the one that matters."""
-    # Imported here, at a campaign's first failure: pydantic and PyYAML are most of a worker's
-    # start-up otherwise, and a worker whose sends succeed never needs them.
-    from campaigns.spec_pause import DEFAULT_PAUSE_ON_ERRORS, PauseOnErrors, pause_setting
-    from campaigns.yaml_loader import load_yaml
-
     try:
         data = load_yaml(spec_text, file="stored spec").data
         if not isinstance(data, dict):
