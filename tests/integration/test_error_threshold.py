@@ -26,6 +26,7 @@ from dispatch.states import State
 from dispatch.store import OutboxStore
 from herald.app.worker import WorkerOptions, build_worker, run_worker
 from tests.support.campaign_files import write_audience
+from tests.support.cli_probe import probe_stderr
 from tests.support.factories import cli, launch
 from tests.support.paths import HERALD
 from tests.support.smtp_server import Fault, LedgerSMTPServer
@@ -217,3 +218,40 @@ def test_several_worker_processes_pause_the_campaign_once(
     # One worker paused it (the pause is conditional on the campaign being active) and said so.
     said = [line for log in logs for line in log.splitlines() if "paused automatically" in line]
     assert len(said) == 1, logs
+
+
+# Records every module loaded on a commit lane (threads herald-db-N) while herald's CLI runs.
+LANE_IMPORTS = """
+import sys, threading
+loaded = []
+def on_import(event, args):
+    if event == "import" and threading.current_thread().name.startswith("herald-db-"):
+        loaded.append(args[0])
+sys.addaudithook(on_import)
+sys.argv = ["herald", *sys.argv[1:]]
+from herald.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print("lane imports:", *sorted(set(loaded)), file=sys.stderr)
+"""
+
+
+def test_a_worker_loads_no_module_inside_its_transactions(
+    tmp_path: Path, engine: Engine, db_url: str, server: LedgerSMTPServer
+) -> None:
+    """A commit lane runs transactions; a module loaded there (at a campaign's first failure,
+    the pause setting's parser once was: about 0.3 s cold) holds the transaction, the lane and
+    the campaign's row lock while other workers go on failing sends. Sends, failures and the
+    pause itself must find everything they need already loaded."""
+    launch(engine, _campaign(tmp_path / "c", 40), now=LAUNCH)
+    stderr = probe_stderr(
+        LANE_IMPORTS,
+        *("worker", "--until-idle", "--smtp-url", f"smtp://{server.host}:{server.port}"),
+        *("--concurrency", str(CONCURRENCY), "--poll", "0.05", "--retry-base", "0.01"),
+        database_url=db_url,
+    )
+    assert _status(db_url)["status"] == "paused"  # failures, the judgment and the pause ran
+    lines = [line for line in stderr.splitlines() if line.startswith("lane imports:")]
+    assert lines == ["lane imports:"], lines
