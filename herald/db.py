@@ -80,7 +80,34 @@ def _postgres_engine(url: sa.URL, pooler: str, **kwargs: Any) -> Engine:
     from dispatch.models import with_postgresql_predicates
 
     with_postgresql_predicates()
-    return sa.create_engine(url, pool_pre_ping=True, **kwargs)
+    engine = sa.create_engine(url, pool_pre_ping=True, **kwargs)
+    if pooler == "none":
+        event.listen(engine, "connect", _generic_plans)
+    return engine
+
+
+# plan_cache_mode appeared in PostgreSQL 12; an older server keeps its default.
+_PLAN_CACHE_MODE_SINCE = 120000
+
+
+def _generic_plans(dbapi_connection: Any, _record: Any) -> None:
+    """Plan a prepared statement once, not at every execution.
+
+    psycopg prepares a statement the sixth time a connection runs it. PostgreSQL then plans it
+    afresh for its parameters at every execution unless a generic plan looks no dearer, and
+    for the claim, T4 and T5 it never did: a worker whose transactions each carry a few sends
+    (an SMTP relay's pace) spent about a third of its server CPU planning them
+    (bench/profiles/smtp.md, "Planning every transaction"). Their generic plans are the ones
+    the planner picks for any parameters: the claim reads the due index (its predicate is a
+    literal), T4 and T5 find their jobs by primary key (tests/integration/test_claim_plan.py).
+    Other commands rarely run a statement six times on one connection. Not through a
+    transaction pooler: there nothing is prepared, and nothing may be kept in a session.
+    """
+    if dbapi_connection.info.server_version < _PLAN_CACHE_MODE_SINCE:
+        return
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+    dbapi_connection.commit()
 
 
 def _precreate_private(url: sa.URL) -> None:
