@@ -213,8 +213,8 @@ class JobSender:
                 # it recorded, so the Date is the one a successful commit would have given.
                 return row.send_started_at or self.clock()
             if keys and state == State.PENDING.value:
-                # Refused a slot: W3 committed with our token. Counted as a refusal whose
-                # answer arrived would have been (RateGate.start).
+                # Refused a slot: W3 committed with our token. Counted as rate_limited, as
+                # when the refusal's answer arrives (RateGate.start).
                 assert self.rates is not None
                 self.rates.handed_back(job)
                 return _NotStarted.HANDED_BACK

@@ -93,10 +93,11 @@ _PLAN_CACHE_MODE_SINCE = 120000
 def _generic_plans(dbapi_connection: Any, _record: Any) -> None:
     """Plan a prepared statement once, not at every execution.
 
-    psycopg prepares a statement the sixth time a connection runs it. PostgreSQL then plans it
-    afresh for its parameters at every execution unless a generic plan looks no dearer, and
-    for the claim, T4 and T5 it never did: a worker whose transactions each carry a few sends
-    (an SMTP relay's pace) spent about a third of its server CPU planning them
+    psycopg prepares a statement the sixth time a connection runs it. PostgreSQL then plans
+    it for its parameters at each of the next five executions, and afterwards only when a
+    generic plan looks dearer: for T4 and T5 (an UPDATE joined to ``unnest`` of bound arrays)
+    it always did, so they were planned afresh at every execution (35 of 35 in a test), about
+    a third of the server CPU of a worker whose transactions each carry a few SMTP-paced sends
     (bench/profiles/smtp.md, "Planning every transaction"). Their generic plans are the ones
     the planner picks for any parameters: the claim reads the due index (its predicate is a
     literal), T4 and T5 find their jobs by primary key (tests/integration/test_claim_plan.py).
