@@ -244,8 +244,9 @@ def test_a_worker_loads_no_module_inside_its_transactions(
     """A commit lane runs transactions; a module loaded there (at a campaign's first failure,
     the pause setting's parser once was: about 0.3 s cold) holds the transaction, the lane and
     the campaign's row lock while other workers go on failing sends. Sends, failures and the
-    pause itself must find everything they need already loaded."""
-    launch(engine, _campaign(tmp_path / "c", 40), now=LAUNCH)
+    pause itself must find everything they need already loaded. The campaign has a rate, so
+    its T4s take their slots in the lane as well (``SlotThenStart``)."""
+    launch(engine, _campaign(tmp_path / "c", 40, pause="rate: 1000/s"), now=LAUNCH)
     stderr = probe_stderr(
         LANE_IMPORTS,
         *("worker", "--until-idle", "--smtp-url", f"smtp://{server.host}:{server.port}"),
