@@ -30,6 +30,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from herald.errors import UsageError
+from herald.signal_stop import SignalStop
 from herald.sink_store import GroupFlusher, MaildirFlush, default_flush
 from herald.sink_store import fsync_directory as fsync_directory  # still importable from here
 
@@ -295,7 +296,7 @@ def serve_sink_forever(
 
     ``on_ready`` receives the running handle (e.g. to print the real port when ``port=0``).
     """
-    stop_requested = threading.Event()
+    stop_requested = SignalStop()
     with (
         _stop_on_sigterm(stop_requested),
         start_sink(
@@ -311,10 +312,11 @@ def serve_sink_forever(
         # Ctrl-C is the normal way to stop a dev server, not an error.
         with suppress(KeyboardInterrupt):
             stop_requested.wait()
+    stop_requested.close()
 
 
 @contextmanager
-def _stop_on_sigterm(stop_requested: threading.Event) -> Iterator[None]:
+def _stop_on_sigterm(stop_requested: SignalStop) -> Iterator[None]:
     # Signal handlers can only be installed from the main thread; elsewhere the caller owns
     # shutdown (and SIGTERM keeps its default meaning).
     if threading.current_thread() is not threading.main_thread():

@@ -31,6 +31,7 @@ from herald.cli.status_view import status_lines
 from herald.cli.textfit import fold
 from herald.cli.timefmt import utc_text
 from herald.output import err, styled
+from herald.signal_stop import SignalStop
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +49,7 @@ def watch_status(
     width: int | None,
 ) -> None:
     take = _lasting(take)
-    stop = threading.Event()
+    stop = SignalStop()
     try:
         with _ctrl_c_sets(stop):
             if console.is_terminal and not as_json:
@@ -57,10 +58,12 @@ def watch_status(
                 _series(console, take, interval, count, as_json, width, stop)
     except KeyboardInterrupt:
         pass  # the way out of a watch: not an error
+    finally:
+        stop.close()
 
 
 @contextmanager
-def _ctrl_c_sets(stop: threading.Event) -> Iterator[None]:
+def _ctrl_c_sets(stop: SignalStop) -> Iterator[None]:
     """While the watch runs, Ctrl-C (SIGINT) sets ``stop`` instead of raising
     KeyboardInterrupt wherever the process happens to be: inside a database query, an
     interrupt would leave the driver and the pool to clean up mid-statement (seen as exit 1);
@@ -111,7 +114,7 @@ def _stale_line(stale: _Stale) -> Text:
     return styled(f"✗ not refreshed, the database did not answer: {stale.why}", "bold red")
 
 
-def _ticks(interval: float, count: int | None, stop: threading.Event) -> Iterator[int]:
+def _ticks(interval: float, count: int | None, stop: SignalStop) -> Iterator[int]:
     """Yields once per refresh, on a fixed schedule from the first, until ``stop`` is set."""
     start = time.monotonic()
     n = 0
@@ -132,7 +135,7 @@ def _live(
     interval: float,
     count: int | None,
     width: int | None,
-    stop: threading.Event,
+    stop: SignalStop,
 ) -> None:
     from rich.console import Group
     from rich.live import Live
@@ -156,7 +159,7 @@ def _series(
     count: int | None,
     as_json: bool,
     width: int | None,
-    stop: threading.Event,
+    stop: SignalStop,
 ) -> None:
     for n in _ticks(interval, count, stop):
         try:

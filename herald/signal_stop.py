@@ -1,0 +1,46 @@
+"""A stop request that a signal handler can make.
+
+A Python signal handler runs in the main thread between two bytecodes, wherever that thread
+is, including inside ``threading.Event.wait``'s own lock: an ``Event.set()`` in the handler
+then waits for a lock its own thread holds, for ever (Ctrl-C once hung ``herald status
+--watch`` that way). ``SignalStop.set`` takes no lock: it sets a flag and writes a byte to a
+pipe, which ``wait`` selects on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import time
+
+
+class SignalStop:
+    def __init__(self) -> None:
+        self._set = False
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        """Safe in a signal handler: no lock, no allocation that could wait."""
+        self._set = True
+        with contextlib.suppress(BlockingIOError):  # the pipe already holds a wake-up
+            os.write(self._write, b"x")
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until set or ``timeout`` seconds have passed; whether it is set."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._set:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            select.select([self._read], [], [], remaining)  # a signal also ends the wait
+        return self._set
+
+    def close(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,79 @@
+"""herald.signal_stop: a stop a signal handler can request while the main thread waits on it.
+
+``threading.Event.set`` in a handler deadlocks when the signal lands while the main thread is
+inside ``Event.wait``'s own lock (shown below with the lock held on purpose); ``SignalStop``
+takes no lock, so its ``set`` returns wherever the main thread was.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from herald.signal_stop import SignalStop
+
+
+@contextmanager
+def handler(signum: int, stop: SignalStop) -> Iterator[None]:
+    previous = signal.signal(signum, lambda _s, _f: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
+def test_an_event_set_from_inside_its_own_lock_would_wait_for_ever() -> None:
+    """Why not Event: the handler runs in the thread that holds the Event's lock."""
+    event = threading.Event()
+    with event._cond:  # type: ignore[attr-defined]  # where Event.wait is between two bytecodes
+        assert not event._cond._lock.acquire(timeout=0.05)  # type: ignore[attr-defined]
+
+
+def test_set_never_takes_a_lock_the_waiting_thread_could_hold() -> None:
+    stop = SignalStop()
+    try:
+        started = time.monotonic()
+        for _ in range(10_000):  # a full pipe is fine: one byte is enough to wake a wait
+            stop.set()
+        assert stop.is_set()
+        assert stop.wait(0)
+        assert stop.wait(None)
+        assert time.monotonic() - started < 5
+    finally:
+        stop.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(delay=st.floats(min_value=0.0, max_value=0.02))
+def test_a_signal_during_wait_ends_it_promptly(delay: float) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("signal handlers need the main thread")
+    stop = SignalStop()
+    pid = os.getpid()
+    timer = threading.Timer(delay, os.kill, (pid, signal.SIGUSR1))
+    try:
+        with handler(signal.SIGUSR1, stop):
+            started = time.monotonic()
+            timer.start()
+            assert stop.wait(60)
+            assert time.monotonic() - started < 30
+    finally:
+        timer.cancel()
+        stop.close()
+
+
+def test_wait_times_out_unset() -> None:
+    stop = SignalStop()
+    try:
+        assert stop.wait(0.01) is False
+        assert not stop.is_set()
+    finally:
+        stop.close()
