@@ -30,13 +30,19 @@ def _jobs(count: int) -> Iterator[NewJob]:
         yield new_job(f"{i:064d}", EPOCH, payload=b"x" * 1800)
 
 
-def test_claim_never_sorts_the_backlog(engine: Engine) -> None:
+def _unanalysed_backlog(engine: Engine) -> OutboxStore:
+    """4,000 pending jobs on PostgreSQL, in a table autovacuum never analyses."""
     if engine.dialect.name != "postgresql":
         pytest.skip("a PostgreSQL planner choice")
     store = OutboxStore("postgresql")
     with engine.begin() as conn:
         conn.exec_driver_sql("ALTER TABLE send_job SET (autovacuum_enabled = false)")
         store.enqueue(conn, list(_jobs(4000)))
+    return store
+
+
+def test_claim_never_sorts_the_backlog(engine: Engine) -> None:
+    store = _unanalysed_backlog(engine)
     plans: list[str] = []
 
     def explain(conn: sa.Connection, cursor: Any, statement: str, params: Any, *_: Any) -> None:
@@ -68,12 +74,7 @@ def test_prepared_outbox_statements_are_planned_once_and_well(engine: Engine) ->
     on a connection, must then run one generic plan each, good for any parameters: the claim
     reads the due index in order, T4 and T5 find their jobs by primary key, and none reads or
     sorts the table."""
-    if engine.dialect.name != "postgresql":
-        pytest.skip("a PostgreSQL planner choice")
-    store = OutboxStore("postgresql")
-    with engine.begin() as conn:
-        conn.exec_driver_sql("ALTER TABLE send_job SET (autovacuum_enabled = false)")
-        store.enqueue(conn, list(_jobs(4000)))
+    store = _unanalysed_backlog(engine)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar() == "force_generic_plan"
         conn.rollback()
