@@ -7,9 +7,10 @@ terminal's current width. Piped, each snapshot is printed in full after a separa
 one compact JSON document per line (JSON Lines).
 
 Refreshes keep to a schedule (a slow query does not make every later refresh later) and the
-wait is on an Event, so Ctrl-C ends it at once. A database that stops answering in the middle
-of a watch (a PostgreSQL restart) does not end it: the last screen stays, under a line saying
-why it is not fresh, and the next refresh tries again. The first snapshot must succeed: a
+wait is on a stop a signal handler can set (``herald.signal_stop``), so Ctrl-C ends it at
+once. A database that stops answering in the middle of a watch (a PostgreSQL restart) does not
+end it: the last screen stays, under a line saying why it is not fresh, and the next refresh
+tries again. The first snapshot must succeed: a
 wrong URL is still an error at once.
 """
 
