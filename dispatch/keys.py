@@ -10,7 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import cached_property, lru_cache
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,20 @@ class KeyTuple:
         # Computed once per tuple: the scheduler asks for the key and the canonical text of
         # every message it composes (a cached_property writes the instance dict, which a frozen
         # dataclass allows; equality and hashing still use the four fields only).
-        occurrence = self.occurrence.astimezone(UTC).isoformat(timespec="microseconds")
-        return json.dumps(
-            [self.campaign, self.step, occurrence, self.recipient],
-            ensure_ascii=False,
-            separators=(",", ":"),
+        return _JSON(
+            [self.campaign, self.step, _instant(self.occurrence), self.recipient],
         )
+
+
+# json.dumps with these options builds a new encoder at every call; the key's text is exactly
+# json.dumps(…, ensure_ascii=False, separators=(",", ":")) (tests/unit/test_keys.py).
+_JSON: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+@lru_cache(maxsize=64)
+def _instant(occurrence: datetime) -> str:
+    # Every message of an occurrence has the same one: a launch formats it once, not per job.
+    return occurrence.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def message_id(key: str, sender_domain: str) -> str:

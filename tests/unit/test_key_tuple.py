@@ -4,7 +4,11 @@ tuple (instead of once for the key and again for the job's ``key_tuple``) change
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dispatch.keys import KeyTuple
 
@@ -26,3 +30,27 @@ def test_equal_tuples_stay_equal_after_use() -> None:
     assert hash(used) == hash(fresh)
     assert used != KeyTuple("c", "s", WHEN.astimezone(UTC) + timedelta(seconds=1), "é@b.test")
     assert '"é@b.test"' in used.canonical()  # not escaped: ensure_ascii=False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    campaign=st.text(),
+    step=st.text(),
+    recipient=st.text(),
+    instant=st.datetimes(datetime(1900, 1, 1), datetime(2200, 1, 1), timezones=st.just(UTC)),
+    offset_minutes=st.integers(min_value=-23 * 60, max_value=23 * 60),
+)
+def test_the_canonical_text_is_json_of_the_four_fields_at_any_offset(
+    campaign: str, step: str, recipient: str, instant: datetime, offset_minutes: int
+) -> None:
+    """The encoder kept between calls and the occurrence formatted once per instant give the
+    text json.dumps always gave: every key already in an outbox stays the same. An occurrence
+    written at another offset is the same instant, so the same text (the cache is by instant)."""
+    shifted = instant.astimezone(timezone(timedelta(minutes=offset_minutes)))
+    expected = json.dumps(
+        [campaign, step, instant.isoformat(timespec="microseconds"), recipient],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    for occurrence in (shifted, instant, shifted):
+        assert KeyTuple(campaign, step, occurrence, recipient).canonical() == expected
