@@ -24,11 +24,11 @@ from jinja2.utils import generate_lorem_ipsum
 
 from templates.limits import (
     BoundedRange,
+    BudgetScope,
     RenderLimitError,
     RenderLimits,
     as_count,
     bounded_iteration,
-    budget_for,
     check_binop,
     check_format_method,
     check_items,
@@ -288,7 +288,7 @@ def render_bounded(
     grows rather than after."""
     pieces: list[str] = []
     size = 0
-    with budget_for(limits) as budget:
+    with BudgetScope(limits) as budget:
         for piece in template.generate(variables):
             size += len(piece)
             if size > limits.max_output_chars:
