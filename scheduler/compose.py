@@ -15,6 +15,7 @@ from campaigns.addresses import mailbox_identity
 from campaigns.audience import Recipient
 from campaigns.spec import LoadedCampaign, StepSpec, WebhookStepSpec
 from dispatch.keys import KeyTuple, message_id
+from dispatch.outbox.jobs import new_job
 from dispatch.store import NewJob
 from dispatch.webhook import WebhookRequest
 from scheduler.planning import Planner, recipient_zone
@@ -154,7 +155,7 @@ def compose_job(
             extra_headers=unsubscribe,
         )
         in_doubt_policy = "hold"  # email is never resent automatically (docs/design.md §5)
-    return NewJob(
+    return new_job(
         key=key,
         key_tuple=key_tuple.canonical(),
         campaign=spec.name,

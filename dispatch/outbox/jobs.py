@@ -51,6 +51,53 @@ class NewJob:
         return self.recipient if self.mailbox is None else self.mailbox
 
 
+def new_job(
+    *,
+    key: str,
+    key_tuple: str,
+    campaign: str,
+    step: str,
+    occurrence_at: datetime,
+    channel: str,
+    sender: str,
+    recipient: str,
+    message_id: str,
+    payload: bytes,
+    not_before: datetime,
+    max_send_attempts: int = 5,
+    max_claims: int = 10,
+    in_doubt_policy: str = "hold",
+    mailbox: str | None = None,
+    send_window: str | None = None,
+    list_scope: str | None = None,
+) -> NewJob:
+    """``NewJob(...)`` (the same arguments), filled without the frozen dataclass's
+    ``__init__`` (an ``object.__setattr__`` per field: 2.5 µs against 1, at every message a
+    launch composes). The result is the same frozen, equal, hashable instance
+    (tests/unit/test_fast_values.py)."""
+    job: NewJob = object.__new__(NewJob)
+    job.__dict__.update(
+        key=key,
+        key_tuple=key_tuple,
+        campaign=campaign,
+        step=step,
+        occurrence_at=occurrence_at,
+        channel=channel,
+        sender=sender,
+        recipient=recipient,
+        message_id=message_id,
+        payload=payload,
+        not_before=not_before,
+        max_send_attempts=max_send_attempts,
+        max_claims=max_claims,
+        in_doubt_policy=in_doubt_policy,
+        mailbox=mailbox,
+        send_window=send_window,
+        list_scope=list_scope,
+    )
+    return job
+
+
 @dataclass(frozen=True)
 class ClaimedJob:
     id: int

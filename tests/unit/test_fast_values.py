@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
+from dataclasses import MISSING
+from datetime import UTC, timedelta, timezone
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dispatch.heap import frozen_heap
-from dispatch.outbox.jobs import Completion, claimed_job, sent_completion
+from dispatch.outbox.jobs import Completion, NewJob, claimed_job, new_job, sent_completion
 from dispatch.outcome_completion import completion_for
 from dispatch.states import State
 from dispatch.transport import Envelope, Outcome, Verdict, new_envelope
@@ -72,3 +78,47 @@ def test_frozen_heap_keeps_a_heap_frozen_before_it_frozen() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_new_job_takes_every_field_of_new_job_with_its_default() -> None:
+    """A field added to NewJob must be added to new_job too, or this fails."""
+    parameters = inspect.signature(new_job).parameters
+    assert list(parameters) == [field.name for field in dataclasses.fields(NewJob)]
+    for field in dataclasses.fields(NewJob):
+        default = parameters[field.name].default
+        assert default == (inspect.Parameter.empty if field.default is MISSING else field.default)
+
+
+_text = st.text(max_size=20)
+_when = st.datetimes(timezones=st.sampled_from([UTC, timezone(timedelta(hours=-5))]))
+
+
+_REQUIRED = {
+    "key": _text,
+    "key_tuple": _text,
+    "campaign": _text,
+    "step": _text,
+    "occurrence_at": _when,
+    "channel": _text,
+    "sender": _text,
+    "recipient": _text,
+    "message_id": _text,
+    "payload": st.binary(max_size=50),
+    "not_before": _when,
+}
+_OPTIONAL = {
+    "max_send_attempts": st.integers(0, 9),
+    "max_claims": st.integers(0, 9),
+    "in_doubt_policy": _text,
+    "mailbox": st.none() | _text,
+    "send_window": st.none() | _text,
+    "list_scope": st.none() | _text,
+}
+
+
+@given(st.fixed_dictionaries(_REQUIRED, optional=_OPTIONAL))
+def test_new_job_is_the_dataclass_s_own(values: dict[str, Any]) -> None:
+    fast = new_job(**values)
+    same(fast, NewJob(**values))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.key = "other"  # type: ignore[misc]
