@@ -80,3 +80,62 @@ def test_many_blocks_and_appending_after_a_read(monkeypatch: pytest.MonkeyPatch)
         assert got[-2] == (51, None)
         assert got[-1] == (52, job)
         assert list(spool.entries("t")) == [(51, None)]
+
+
+@given(st.lists(st.none() | jobs(), max_size=30))
+def test_a_job_read_back_is_equal_and_hashes_equal(entries: list[NewJob | None]) -> None:
+    """Jobs come back built without the dataclass's __init__ (spool._job): the same fields,
+    the same frozen, equal, hashable instance."""
+    with JobSpool(["s"]) as spool:
+        for position, job in enumerate(entries, start=1):
+            if job is not None:
+                spool.add_job(position, job)
+        back = [job for _, job in spool.entries("s")]
+    sent = [job for job in entries if job is not None]
+    assert back == sent
+    for got, job in zip(back, sent, strict=True):
+        assert got is not None
+        assert hash(got) == hash(job)
+        assert vars(got) == vars(job)
+        with pytest.raises(AttributeError):
+            got.key = "changed"  # type: ignore[misc]
+
+
+@given(
+    st.lists(st.none() | jobs(), max_size=30),
+    st.integers(1, 5),
+    st.integers(2, 4),
+)
+def test_parts_filled_by_other_processes_merge_in_audience_order(
+    entries: list[NewJob | None], block: int, processes: int
+) -> None:
+    """The check's processes fill one spool each, dealing blocks of positions round-robin
+    (scheduler.check_pool); adopted parts read back as one spool in audience order."""
+    with JobSpool(["s"]) as spool:
+        parts = [JobSpool(["s"]) for _ in range(processes - 1)]
+        owners = [spool, *parts]
+        for position, job in enumerate(entries, start=1):
+            owner = owners[(position - 1) // block % processes]
+            if job is None:
+                owner.add_problem(position)
+            else:
+                owner.add_job(position, job)
+        for part in parts:
+            written = part.written()
+            spool.adopt(part, written)
+        assert list(spool.entries("s")) == list(enumerate(entries, start=1))
+        assert spool.count("s") == sum(job is not None for job in entries)
+        assert spool.skipped == sum(job is None for job in entries)
+        assert spool.positions == len(entries)
+        spool.reset()  # a check that starts over in one process
+        assert list(spool.entries("s")) == []
+        assert (spool.count("s"), spool.positions, spool.skipped) == (0, 0, 0)
+
+
+def test_a_part_of_other_steps_is_refused() -> None:
+    with (
+        JobSpool(["s"]) as spool,
+        JobSpool(["t"]) as other,
+        pytest.raises(ValueError, match="other steps"),
+    ):
+        spool.adopt(other, other.written())
