@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import assert_never
+from typing import TypeVar, assert_never
 
 from campaigns.addresses import mailbox_identity
-from campaigns.audience_formats import Format, Recipient, RowProblem, newline_mode, parse_stream
+from campaigns.audience_formats import (
+    Format,
+    Recipient,
+    RowProblem,
+    iter_csv_share,
+    newline_mode,
+    parse_stream,
+)
 from campaigns.audience_url import iter_url_audience
 from campaigns.errors import AudienceError
 from campaigns.spec import CsvAudience, InlineAudience, LoadedCampaign, UrlAudience
@@ -42,6 +49,7 @@ __all__ = [
     "RowProblem",
     "audience_source_files",
     "iter_audience",
+    "iter_audience_share",
     "iter_data_file",
 ]
 
@@ -73,6 +81,13 @@ def _iter_campaign_csv(
     loaded: LoadedCampaign, audience: CsvAudience
 ) -> Iterator[Recipient | RowProblem]:
     """The campaign's CSV through the shared resolver (confined to the campaign's folder)."""
+    shown, stream = _open_campaign_csv(loaded, audience)
+    return _closing(stream, parse_stream("csv", stream, source=shown))
+
+
+def _open_campaign_csv(
+    loaded: LoadedCampaign, audience: CsvAudience
+) -> tuple[str, io.TextIOWrapper]:
     shown = loaded.shown(audience.csv)
     try:
         binary = open_inside(loaded.base_dir, audience.csv)
@@ -81,13 +96,25 @@ def _iter_campaign_csv(
             f"cannot read audience CSV file {shown!r}: {error.reason}", file=loaded.file
         ) from None
     # utf-8-sig: spreadsheet programs often start CSV exports with a byte order mark.
-    stream = io.TextIOWrapper(binary, encoding="utf-8-sig", newline=newline_mode("csv"))
-    return _closing(stream, parse_stream("csv", stream, source=shown))
+    return shown, io.TextIOWrapper(binary, encoding="utf-8-sig", newline=newline_mode("csv"))
 
 
-def _closing(
-    stream: io.TextIOWrapper, rows: Iterator[Recipient | RowProblem]
-) -> Iterator[Recipient | RowProblem]:
+def iter_audience_share(
+    loaded: LoadedCampaign, wanted: Callable[[int], bool]
+) -> Iterator[Recipient | RowProblem | None]:
+    """A CSV audience as ``iter_audience`` reads it, except that a row at a position ``wanted``
+    refuses comes out as None, unchecked (campaigns.audience_formats.iter_csv_share)."""
+    audience = loaded.spec.audience
+    if not isinstance(audience, CsvAudience):
+        raise ValueError("only a CSV audience is read in shares")
+    shown, stream = _open_campaign_csv(loaded, audience)
+    return _closing(stream, iter_csv_share(stream, shown, wanted))
+
+
+_Row = TypeVar("_Row")
+
+
+def _closing(stream: io.TextIOWrapper, rows: Iterator[_Row]) -> Iterator[_Row]:
     with stream:
         yield from rows
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, Literal, TextIO
+from typing import TYPE_CHECKING, Final, Literal, TextIO, cast
 
 from campaigns.addresses import AddressError, normalise_address
 from campaigns.errors import AudienceError, excerpt
@@ -146,9 +146,19 @@ def _listing(names: list[str], most: int = 5) -> str:
 
 def iter_csv(stream: TextIO, source: str) -> Iterator[Recipient | RowProblem]:
     """CSV rows; ``stream`` must be opened with ``newline=''`` (quoted fields may hold them)."""
+    return cast(Iterator[Recipient | RowProblem], iter_csv_share(stream, source, None))
+
+
+def iter_csv_share(
+    stream: TextIO, source: str, wanted: Callable[[int], bool] | None
+) -> Iterator[Recipient | RowProblem | None]:
+    """``iter_csv``, but a row whose position (1-based, as the check counts) ``wanted`` refuses
+    comes out as None, unchecked: another process checks it (scheduler.check_pool). A row is
+    still parsed, since a quoted field may hold line breaks: where it ends is known only then.
+    """
     reader = csv.reader(stream)
     try:
-        yield from _csv_rows(reader, source)
+        yield from _csv_rows(reader, source, wanted)
     except UnicodeDecodeError as error:
         raise AudienceError(
             f"the data is not valid {error.encoding.upper().replace('-SIG', '')}",
@@ -159,9 +169,11 @@ def iter_csv(stream: TextIO, source: str) -> Iterator[Recipient | RowProblem]:
         raise AudienceError(f"malformed CSV: {error}", file=source, line=reader.line_num) from None
 
 
-def _csv_rows(reader: CsvReader, file: str) -> Iterator[Recipient | RowProblem]:
+def _csv_rows(
+    reader: CsvReader, file: str, wanted: Callable[[int], bool] | None
+) -> Iterator[Recipient | RowProblem | None]:
     columns: _Columns | None = None
-    last_line = 0
+    last_line = position = 0
     for cells in reader:
         # A quoted field may span lines: a row starts right after the previous one ended.
         first_line, last_line = last_line + 1, reader.line_num
@@ -169,6 +181,10 @@ def _csv_rows(reader: CsvReader, file: str) -> Iterator[Recipient | RowProblem]:
             continue  # blank line, or a row of empty cells as spreadsheets export
         if columns is None:
             columns = _Columns.from_header(cells, file=file, line=first_line)
+            continue
+        position += 1
+        if wanted is not None and not wanted(position):
+            yield None
             continue
         yield columns.recipient(cells, first_line)
     if columns is None:

@@ -21,12 +21,19 @@ from datetime import datetime
 
 from sqlalchemy.engine import Engine
 
-from campaigns.audience import MailboxDeduper, Recipient, RowProblem, iter_audience
+from campaigns.audience import (
+    MailboxDeduper,
+    Recipient,
+    RowProblem,
+    iter_audience,
+    iter_audience_share,
+)
 from campaigns.spec import LoadedCampaign
 from dispatch.egress import EgressDenied, EgressPolicy, check_url
 from dispatch.store import NewJob
 from scheduler.check_places import SpecPlaces
 from scheduler.check_places import check_header_variables as _check_header_variables
+from scheduler.check_pool import CheckPool, check_in_processes
 from scheduler.check_report import MAX_LISTED_PROBLEMS, CheckReport, Problem
 from scheduler.compose import (
     CompiledStep,
@@ -63,6 +70,7 @@ def check_campaign(
     links: UnsubscribeLinks | None = None,
     only: Callable[[Recipient], bool] | None = None,
     on_job: Callable[[NewJob], None] | None = None,
+    pool: CheckPool | None = None,
 ) -> CheckReport:
     """Render everything; ``count_duplicates=False`` (launch) keeps memory flat in audience
     size — the outbox's unique key makes a duplicate address a no-op anyway.
@@ -91,47 +99,47 @@ def check_campaign(
     source = url_audience(loaded)
     data_file = places.data_file()
     strict = source is None or source.strict
-    seen = MailboxDeduper()
-    planner = Planner(loaded.spec)
-    position = 0
-    for item in _audience(loaded, occurrence_at, engine):
-        position += 1
-        if isinstance(item, RowProblem):
-            if spool is not None:
-                spool.add_problem(position)
-            problem = Problem(item.where, None, item.reason, file=data_file)
-            if strict:
-                report.add(problem)
-            else:
-                report.reject(problem)
-            continue
-        if only is not None and not only(item):
-            continue
-        report.recipients += 1
-        if report.first_recipient is None:
-            report.first_recipient = item
-        if count_duplicates:
-            first = seen.first_row_of(item)
-            if first is not None:
-                report.duplicates += 1
-                if len(report.duplicate_rows) < MAX_LISTED_PROBLEMS:
-                    where = f"{item.where} ({item.email})"
-                    report.duplicate_rows.append((where, first))
-                continue
-        for index, step in enumerate(steps):
-            try:
-                job = compose_broadcast(loaded, planner, index, step, item, occurrence_at)
-            except TemplateError as exc:
-                where = f"{item.where} ({item.email})"
-                report.add(places.step_problem(step.spec.id, exc, where=where, file=data_file))
-                continue
-            report.messages += 1
-            if on_job is not None:
-                on_job(job)
-            if spool is not None and report.ok:  # a failed check's jobs are never sent
-                spool.add_job(position, job)
-        if progress is not None:
-            progress(1)
+
+    def row_check(steps: list[CompiledStep]) -> _RowCheck:
+        return _RowCheck(
+            loaded,
+            steps,
+            places,
+            occurrence_at,
+            strict=strict,
+            data_file=data_file,
+            count_duplicates=count_duplicates,
+            only=only,
+            on_job=on_job,
+        )
+
+    checked = None
+    # A file audience read afresh by each process; ``only`` and ``on_job`` need the caller's
+    # own process, so they stay sequential.
+    shared = only is None and on_job is None and report.ok
+    if pool is not None and spool is not None and shared and pool.takes(loaded):
+        try:
+            # Steps of its own: a render limit reached in the parent's share is remembered by
+            # its environment (templates.guarded_render), and must not fail the rows before it
+            # when one process checks again.
+            pooled = row_check(compile_steps(loaded, links))
+        except CompileFailures:
+            pooled = None  # a template file changed meanwhile: one process, steps as compiled
+        if pooled is not None:
+            checked = check_in_processes(
+                pool,
+                spool,
+                lambda wanted: iter_audience_share(loaded, wanted),
+                pooled.check,
+                progress,
+            )
+    rows = row_check(steps)
+    if checked is None:
+        for position, item in enumerate(_audience(loaded, occurrence_at, engine), start=1):
+            if rows.check(spool, report, position, item) and progress is not None:
+                progress(1)
+    else:
+        report = checked  # ``report`` held nothing yet: no problem, no row
     if report.recipients == 0 and report.problem_count == 0 and require_recipients:
         report.add(
             Problem(
@@ -149,6 +157,84 @@ def check_campaign(
         # Refused: a fixed source must be fetched afresh, not read back from this snapshot.
         discard_unused_snapshot(engine, loaded.spec.name, occurrence_at)
     return report
+
+
+class _RowCheck:
+    """The check of one audience row: every step composed for its recipient, each failure a
+    problem in ``report``, each job kept in ``spool`` while the report is clean. One instance
+    serves the whole audience, in one process or in several (scheduler.check_pool)."""
+
+    def __init__(
+        self,
+        loaded: LoadedCampaign,
+        steps: list[CompiledStep],
+        places: SpecPlaces,
+        occurrence_at: datetime,
+        *,
+        strict: bool,
+        data_file: str,
+        count_duplicates: bool,
+        only: Callable[[Recipient], bool] | None,
+        on_job: Callable[[NewJob], None] | None,
+    ) -> None:
+        self.loaded = loaded
+        self.steps = steps
+        self.places = places
+        self.occurrence_at = occurrence_at
+        self.strict = strict
+        self.data_file = data_file
+        self.only = only
+        self.on_job = on_job
+        self.seen = MailboxDeduper() if count_duplicates else None
+        self.planner = Planner(loaded.spec)
+
+    def check(
+        self,
+        spool: JobSpool | None,
+        report: CheckReport,
+        position: int,
+        item: Recipient | RowProblem,
+    ) -> bool:
+        """Whether the row was a recipient to compose for (what the check's progress counts)."""
+        if isinstance(item, RowProblem):
+            if spool is not None:
+                spool.add_problem(position)
+            problem = Problem(item.where, None, item.reason, file=self.data_file)
+            if self.strict:
+                report.add(problem)
+            else:
+                report.reject(problem)
+            return False
+        if self.only is not None and not self.only(item):
+            return False
+        report.recipients += 1
+        if report.first_recipient is None:
+            report.first_recipient = item
+        if self.seen is not None:
+            first = self.seen.first_row_of(item)
+            if first is not None:
+                report.duplicates += 1
+                if len(report.duplicate_rows) < MAX_LISTED_PROBLEMS:
+                    where = f"{item.where} ({item.email})"
+                    report.duplicate_rows.append((where, first))
+                return False
+        for index, step in enumerate(self.steps):
+            try:
+                job = compose_broadcast(
+                    self.loaded, self.planner, index, step, item, self.occurrence_at
+                )
+            except TemplateError as exc:
+                where = f"{item.where} ({item.email})"
+                report.add(
+                    self.places.step_problem(step.spec.id, exc, where=where, file=self.data_file)
+                )
+                continue
+            report.messages += 1
+            if self.on_job is not None:
+                self.on_job(job)
+            if spool is not None and report.ok:  # a failed check's jobs are never sent
+                spool.add_job(position, job)
+        return True
 
 
 def _audience(

@@ -28,6 +28,7 @@ from campaigns.store import CampaignStore
 from herald.app.common import Clock, operator_name, utc_now
 from herald.errors import UsageError
 from scheduler.check import CheckReport, check_campaign
+from scheduler.check_pool import default_pool
 from scheduler.fanout import FanoutResult, materialise
 from scheduler.new_version import NewVersionFanout
 from scheduler.new_version_scheduled import ScheduledNewVersion
@@ -180,6 +181,7 @@ def launch(
                 count_duplicates=False,
                 spool=spool,
                 links=links,
+                pool=default_pool(),
             )
         if not report.ok:
             raise CheckFailed(report)

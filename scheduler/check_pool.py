@@ -1,0 +1,298 @@
+"""A launch's check of a large audience file, composed by several processes at once.
+
+Composing every message is most of a launch's CPU (bench/profiles/fanout.md), and one process
+uses one core. Here the parent forks before it reads the audience; every process reads the
+whole file, checking and composing only its own share of the rows (parsing a row is cheap;
+checking its address and composing it is not): blocks of
+``block`` consecutive positions dealt round-robin, block 0 to the parent, so the first
+recipient is the parent's. A child writes its jobs into a spool part the parent made before
+forking (an anonymous file it inherits), and sends its progress and a summary through a pipe;
+the parent merges the parts by position (scheduler.spool.JobSpool.adopt). Fan-out then reads
+one stream in audience order, as after a one-process check.
+
+Only a clean result is taken. If any process finds a problem, a child fails or is killed, or
+the processes did not see the same number of rows, everything composed is discarded and the
+caller checks again in one process: a failed check reports exactly what it always did (every
+problem, in order, with its line), and a launch never fans out from a partial spool.
+
+Fork safety: a child only reads the file, composes, writes to its own descriptors and leaves
+through ``os._exit``. It never touches the database connections it inherits, the terminal, or
+a lock another thread of the parent may hold (a progress bar's refresh thread), and never runs
+the parent's exit handlers or finalisers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
+
+from campaigns.audience import Recipient, RowProblem
+from campaigns.spec import CsvAudience, LoadedCampaign
+from scheduler.check_report import CheckReport
+from scheduler.spool import JobSpool
+from templates.files import FileRefused
+
+Row = Recipient | RowProblem
+#: The audience, reading only the rows at the positions a predicate wants (None for others).
+ShareReader = Callable[[Callable[[int], bool]], Iterator[Row | None]]
+#: One row's check (scheduler.check._RowCheck.check): True when it composed for a recipient.
+CheckRow = Callable[[JobSpool | None, CheckReport, int, Row], bool]
+Progress = Callable[[int], None]
+
+#: More processes read the file more times over for less each: past four, reading dominates.
+MAX_PROCESSES: Final = 4
+#: Below this the file is checked in one process: forking and reading it twice is not worth it.
+MIN_BYTES: Final = 256 * 1024
+
+
+@dataclass(frozen=True)
+class CheckPool:
+    processes: int
+    block: int = 1024  # consecutive audience positions in one share
+    min_bytes: int = MIN_BYTES
+
+    def takes(self, loaded: LoadedCampaign) -> bool:
+        """Whether this campaign's audience is a file big enough to share out."""
+        audience = loaded.spec.audience
+        if self.processes < 2 or not isinstance(audience, CsvAudience):
+            return False
+        try:
+            return loaded.resolve(audience.csv).stat().st_size >= self.min_bytes
+        except (FileRefused, OSError):
+            return False  # the one-process check reports it, with its file and line
+
+    def share(self, position: int) -> int:
+        """Which process composes audience position ``position`` (1-based); 0 is the parent."""
+        return ((position - 1) // self.block) % self.processes
+
+
+def default_pool() -> CheckPool | None:
+    """One process per usable core, at most MAX_PROCESSES; None on one core or without fork."""
+    if not hasattr(os, "fork"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    processes = min(cores or 1, MAX_PROCESSES)
+    return CheckPool(processes) if processes > 1 else None
+
+
+def check_in_processes(
+    pool: CheckPool,
+    spool: JobSpool,
+    rows: ShareReader,
+    check_row: CheckRow,
+    progress: Progress | None,
+) -> CheckReport | None:
+    """The check's report with every job in ``spool``; None when the check must be run again in
+    one process (a problem somewhere, a child that failed; ``spool`` is then empty again)."""
+    children: list[_Child] = []
+    try:
+        try:
+            for index in range(1, pool.processes):
+                children.append(_Child.start(pool, index, spool, rows, check_row))
+        except OSError:  # no fork today (process limit, memory): one process will do
+            _discard(children, spool)
+            return None
+        report, seen = _own_share(pool, spool, rows, check_row, progress, children)
+        summaries = [child.finish(progress) for child in children]
+    except BaseException:
+        _discard(children, spool)
+        raise
+    if not report.ok or any(_unusable(summary, seen) for summary in summaries):
+        _discard(children, spool)
+        return None
+    for child, summary in zip(children, summaries, strict=True):
+        assert summary is not None  # _unusable
+        spool.adopt(child.part, summary["spool"])
+        report.recipients += summary["recipients"]
+        report.messages += summary["messages"]
+    return report
+
+
+def _own_share(
+    pool: CheckPool,
+    spool: JobSpool,
+    rows: ShareReader,
+    check_row: CheckRow,
+    progress: Progress | None,
+    children: list[_Child],
+) -> tuple[CheckReport, int]:
+    report = CheckReport()
+    seen = 0
+    stream = rows(lambda position: pool.share(position) == 0)
+    try:
+        for position, item in enumerate(stream, start=1):
+            seen = position
+            if item is not None:
+                if check_row(spool, report, position, item) and progress is not None:
+                    progress(1)
+                if not report.ok:
+                    break
+            elif position % pool.block == 0:
+                for child in children:
+                    child.poll(progress)
+                if any(child.failed for child in children):
+                    break
+    finally:
+        _close(stream)
+    return report, seen
+
+
+def _unusable(summary: dict[str, Any] | None, seen: int) -> bool:
+    return summary is None or not summary["ok"] or summary["rows"] != seen
+
+
+def _discard(children: list[_Child], spool: JobSpool) -> None:
+    for child in children:
+        child.kill()
+    spool.reset()
+
+
+def _close(stream: Iterator[Row | None]) -> None:
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()  # a generator's: closes the file it reads
+
+
+class _Child:
+    """A forked process composing one share, seen from the parent."""
+
+    def __init__(self, pid: int, pipe: int, part: JobSpool) -> None:
+        self.pid = pid
+        self.part = part
+        self._pipe: int | None = pipe
+        self._buffer = b""
+        self.summary: dict[str, Any] | None = None
+        self.failed = False  # it reported a problem: the whole check is run again
+
+    @classmethod
+    def start(
+        cls,
+        pool: CheckPool,
+        index: int,
+        spool: JobSpool,
+        rows: ShareReader,
+        check_row: CheckRow,
+    ) -> _Child:
+        part = JobSpool(spool.steps)
+        read_end, write_end = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(read_end)
+            os.close(write_end)
+            part.close()
+            raise
+        if pid == 0:
+            os.close(read_end)
+            _compose_share(pool, index, part, rows, check_row, write_end)
+        os.close(write_end)
+        os.set_blocking(read_end, False)
+        return cls(pid, read_end, part)
+
+    def poll(self, progress: Progress | None) -> None:
+        """Take in what the child has said so far, without waiting."""
+        while self._pipe is not None:
+            try:
+                chunk = os.read(self._pipe, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self._close_pipe()
+                return
+            self._take(chunk, progress)
+
+    def finish(self, progress: Progress | None) -> dict[str, Any] | None:
+        """Wait for the child's end: its summary, or None if it ended without one."""
+        if self._pipe is not None:
+            os.set_blocking(self._pipe, True)
+        while self._pipe is not None:
+            chunk = os.read(self._pipe, 65536)
+            if not chunk:
+                self._close_pipe()
+            else:
+                self._take(chunk, progress)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped by someone else (SIGCHLD ignored): no verdict
+            return None
+        finally:
+            self.pid = 0
+        return self.summary if os.waitstatus_to_exitcode(status) == 0 else None
+
+    def kill(self) -> None:
+        if self.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = 0
+        self._close_pipe()
+        self.part.close()
+
+    def _take(self, chunk: bytes, progress: Progress | None) -> None:
+        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        for line in lines:
+            if line.startswith(b"+"):
+                if progress is not None:
+                    progress(int(line[1:]))
+            elif line.startswith(b"="):
+                self.summary = json.loads(line[1:])
+                self.failed = not self.summary["ok"]
+
+    def _close_pipe(self) -> None:
+        if self._pipe is not None:
+            os.close(self._pipe)
+            self._pipe = None
+
+
+def _compose_share(
+    pool: CheckPool,
+    index: int,
+    part: JobSpool,
+    rows: ShareReader,
+    check_row: CheckRow,
+    pipe: int,
+) -> NoReturn:
+    """The child: compose share ``index`` into ``part``, report through ``pipe``, and leave
+    without returning into the parent's code (no exit handlers, no finalisers)."""
+    status = 1
+    try:
+        report = CheckReport()
+        seen = composed = 0
+        for position, item in enumerate(rows(lambda at: pool.share(at) == index), start=1):
+            seen = position
+            if item is None:
+                continue
+            if check_row(part, report, position, item):
+                composed += 1
+            if not report.ok:
+                break
+            if position % pool.block == 0 and composed:
+                _send(pipe, b"+%d\n" % composed)
+                composed = 0
+        summary = {
+            "ok": report.ok,
+            "rows": seen,
+            "recipients": report.recipients,
+            "messages": report.messages,
+            "spool": part.written() if report.ok else None,
+        }
+        if composed:
+            _send(pipe, b"+%d\n" % composed)
+        _send(pipe, b"=" + json.dumps(summary).encode() + b"\n")
+        status = 0
+    except BaseException:  # noqa: S110 - the parent sees no summary and checks in one process
+        pass
+    finally:
+        os._exit(status)
+
+
+def _send(pipe: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(pipe, view) :]

@@ -1,0 +1,146 @@
+"""A launch whose check runs in several processes (scheduler.check_pool), on SQLite and
+PostgreSQL: the outbox holds exactly the jobs a one-process check composes, in audience order;
+a refused launch writes nothing. And ``herald launch`` on a terminal, where a progress bar's
+thread runs while the check forks, finishes."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+import herald.app.launch
+import scheduler.check
+from campaigns.spec import load_campaign
+from herald.app.launch import CheckFailed, launch
+from scheduler.check import check_campaign
+from scheduler.check_pool import MIN_BYTES, CheckPool, check_in_processes
+from scheduler.spool import JobSpool
+from tests.support.campaign_files import write_audience, write_campaign
+from tests.support.paths import HERALD
+
+LAUNCH_AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+STEPS = ("welcome", "tips", "later")
+DEADLINE = 120.0  # seconds for a CLI launch on a busy machine
+
+
+@pytest.fixture
+def pooled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Launches check in 3 processes with small blocks; records whether each pooled check
+    was kept (True) or handed back to one process (False)."""
+    kept: list[bool] = []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        report = check_in_processes(*args, **kwargs)
+        kept.append(report is not None)
+        return report
+
+    monkeypatch.setattr(
+        herald.app.launch, "default_pool", lambda: CheckPool(3, block=16, min_bytes=0)
+    )
+    monkeypatch.setattr(scheduler.check, "check_in_processes", recording)
+    return kept
+
+
+def outbox(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(sa.text("select key, step, recipient, payload from send_job order by id"))
+        )
+
+
+def composed_alone(path: Path) -> list[tuple[str, str, str, bytes]]:
+    """What a one-process check composes, in the order fan-out enqueues it (step by step,
+    each in audience order)."""
+    with JobSpool(STEPS) as spool:
+        report = check_campaign(load_campaign(path), LAUNCH_AT, count_duplicates=False, spool=spool)
+        assert report.ok
+        return [
+            (job.key, job.step, job.recipient, job.payload)
+            for step in STEPS
+            for _, job in spool.entries(step)
+            if job is not None
+        ]
+
+
+def test_a_pooled_launch_enqueues_what_one_process_composes(
+    engine: Engine, tmp_path: Path, pooled: list[bool]
+) -> None:
+    path, addresses = write_campaign(tmp_path / "c", recipients=150)
+    result = launch(engine, path, clock=lambda: LAUNCH_AT, actor="test")
+    assert pooled == [True]
+    assert result.fanout.new_jobs == result.report.messages == 150 * len(STEPS)
+    assert result.report.recipients == 150
+    assert [tuple(row) for row in outbox(engine)] == composed_alone(path)
+    assert [row.recipient for row in outbox(engine)][:150] == addresses
+
+
+def test_a_pooled_launch_with_a_bad_row_is_refused_whole(
+    engine: Engine, tmp_path: Path, pooled: list[bool]
+) -> None:
+    path, _ = write_campaign(tmp_path / "c", recipients=100)
+    csv_file = tmp_path / "c" / "people.csv"
+    lines = csv_file.read_text().splitlines(keepends=True)
+    lines[70] = "not-an-address,Bad,Nowhere\r\n"  # row 70: the third process's block
+    csv_file.write_text("".join(lines))
+    with pytest.raises(CheckFailed) as refused:
+        launch(engine, path, clock=lambda: LAUNCH_AT, actor="test")
+    assert pooled == [False]  # handed back: the report is the one-process check's
+    problems = refused.value.report.problems
+    assert [problem.where for problem in problems] == ["line 71"]
+    assert "not-an-address" in problems[0].error
+    assert outbox(engine) == []
+
+
+def test_herald_launch_on_a_terminal_forks_beside_its_progress_bar(
+    tmp_path: Path, db_url: str, engine: Engine
+) -> None:
+    """The default pool (one process per core) on an audience file over MIN_BYTES, with rich's
+    refresh thread drawing the bar on a pty while the check forks: the launch ends, exit 0,
+    and every job is there."""
+    assert len(os.sched_getaffinity(0)) >= 2, "the check runs in one process on one core"
+    folder = tmp_path / "c"
+    path, _ = write_campaign(folder, recipients=0)
+    recipients = 8000
+    write_audience(folder / "people.csv", recipients)
+    assert (folder / "people.csv").stat().st_size >= MIN_BYTES
+    controller, terminal = pty.openpty()
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [str(HERALD), "launch", str(path), "--database-url", db_url],
+        stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
+    )  # fmt: skip
+    os.close(terminal)
+    screen = b""
+    try:
+        while True:
+            remaining = started + DEADLINE - time.monotonic()
+            assert remaining > 0, f"herald launch did not finish: {screen[-400:]!r}"
+            ready, _, _ = select.select([controller], [], [], remaining)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the process closed the terminal
+                break
+            if not chunk:
+                break
+            screen += chunk
+        assert process.wait(timeout=DEADLINE) == 0, screen[-2000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(controller)
+    assert b"Traceback" not in screen
+    with engine.connect() as conn:
+        jobs = conn.execute(sa.text("select count(*) from send_job")).scalar_one()
+    assert jobs == recipients * len(STEPS)

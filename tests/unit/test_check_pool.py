@@ -1,0 +1,255 @@
+"""A launch's check in several processes (scheduler.check_pool) gives exactly what the
+one-process check gives: the same jobs in the same audience order in the spool, the same counts
+and first recipient, and, when anything is wrong, the very report of the one-process check
+(then nothing composed in parallel is kept). Children are real forked processes."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from campaigns.audience import iter_audience, iter_audience_share
+from campaigns.spec import LoadedCampaign, load_campaign
+from scheduler.check import check_campaign
+from scheduler.check_pool import CheckPool, check_in_processes, default_pool
+from scheduler.check_report import CheckReport
+from scheduler.spool import JobSpool
+from tests.support.campaign_files import write_campaign
+
+AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+STEPS = ("welcome", "tips", "later")  # tests.support.campaign_files.THREE_STEPS
+
+
+def campaign(folder: Path, rows: list[tuple[str, str, str]]) -> LoadedCampaign:
+    path, _ = write_campaign(folder, recipients=0)
+    with (folder / "people.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["email", "name", "city"])
+        writer.writerows(rows)
+    return load_campaign(path)
+
+
+def people(count: int) -> list[tuple[str, str, str]]:
+    return [(f"user{i:05d}@example.com", f"User {i}", f"City{i % 7}") for i in range(count)]
+
+
+def checked(
+    loaded: LoadedCampaign, pool: CheckPool | None, ticks: list[int] | None = None
+) -> tuple[CheckReport, dict[str, list[object]]]:
+    with JobSpool(STEPS) as spool:
+        report = check_campaign(
+            loaded,
+            AT,
+            count_duplicates=False,
+            spool=spool,
+            pool=pool,
+            progress=None if ticks is None else ticks.append,
+        )
+        entries = {step: list(spool.entries(step)) for step in STEPS}
+        counts = {step: spool.count(step) for step in STEPS}
+        assert counts == {step: sum(job is not None for _, job in entries[step]) for step in STEPS}
+    return report, entries  # type: ignore[return-value]
+
+
+def pool(processes: int, block: int) -> CheckPool:
+    return CheckPool(processes, block=block, min_bytes=0)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    count=st.integers(0, 120),
+    processes=st.integers(2, 4),
+    block=st.integers(1, 40),
+)
+def test_the_pooled_check_spools_what_the_single_check_spools(
+    tmp_path_factory: pytest.TempPathFactory, count: int, processes: int, block: int
+) -> None:
+    loaded = campaign(tmp_path_factory.mktemp("c"), people(count))
+    single, single_entries = checked(loaded, None)
+    ticks: list[int] = []
+    pooled, pooled_entries = checked(loaded, pool(processes, block), ticks)
+    assert pooled_entries == single_entries
+    assert [step for step in STEPS if pooled_entries[step]] == (list(STEPS) if count else [])
+    assert (pooled.recipients, pooled.messages) == (single.recipients, single.messages)
+    assert pooled.first_recipient == single.first_recipient
+    assert pooled.problems == single.problems
+    assert pooled.ok == single.ok == (count > 0)  # an empty audience is a problem either way
+    assert sum(ticks) == count  # every recipient's progress reached the parent
+
+
+@pytest.mark.parametrize("bad_at", [1, 7, 8, 30])  # the parent's share and the children's
+def test_a_bad_row_anywhere_gives_the_single_check_report(tmp_path: Path, bad_at: int) -> None:
+    rows = people(40)
+    rows[bad_at - 1] = ("not an address", "Bad", "Nowhere")
+    rows[33] = ("also@", "Bad", "Nowhere")
+    loaded = campaign(tmp_path, rows)
+    single, single_entries = checked(loaded, None)
+    pooled, pooled_entries = checked(loaded, pool(3, 7))
+    assert not pooled.ok
+    assert pooled.problems == single.problems
+    assert len(pooled.problems) == 2
+    assert (pooled.recipients, pooled.messages) == (single.recipients, single.messages)
+    assert pooled_entries == single_entries
+
+
+def test_a_template_failure_in_a_child_gives_the_single_check_report(tmp_path: Path) -> None:
+    loaded = campaign(tmp_path, people(30))
+    yaml = tmp_path / "campaign.yaml"
+    # Only User 5 (position 6: block 1 of 4 rows, the child's) uses an undefined variable.
+    yaml.write_text(
+        yaml.read_text().replace(
+            'text: "Tip for {{ email }}"',
+            "text: \"Tip for {{ email }}{% if name == 'User 5' %}{{ nowhere }}{% endif %}\"",
+        )
+    )
+    loaded = load_campaign(yaml)
+    single, single_entries = checked(loaded, None)
+    pooled, pooled_entries = checked(loaded, pool(2, 4))
+    assert not single.ok
+    assert len(single.problems) == 1
+    assert "User 5" not in single.problems[0].error
+    assert "nowhere" in single.problems[0].error
+    assert pooled.problems == single.problems
+    assert pooled_entries == single_entries
+
+
+def test_a_render_limit_in_the_parent_s_share_gives_the_single_check_report(
+    tmp_path: Path,
+) -> None:
+    """A step over a render limit stays refused for every later recipient (templates.
+    guarded_render); the rows before it must still be reported as the one-process check
+    reports them when the check is run again."""
+    loaded = campaign(tmp_path, people(30))
+    yaml = tmp_path / "campaign.yaml"
+    # User 9 is position 10: block 2 of 4 rows, the parent's share.
+    yaml.write_text(
+        yaml.read_text().replace(
+            'text: "Tip for {{ email }}"',
+            "text: \"Tip for {{ email }}{% if name == 'User 9' %}{{ 'x' * 10000000 }}{% endif %}\"",
+        )
+    )
+    loaded = load_campaign(yaml)
+    single, single_entries = checked(loaded, None)
+    pooled, pooled_entries = checked(loaded, pool(2, 4))
+    assert not single.ok
+    assert single.problems[0].where == "line 11 (user00009@example.com)"
+    assert "render limit" in single.problems[0].error
+    assert pooled.problems == single.problems
+    assert pooled_entries == single_entries
+
+
+def rows_of(loaded: LoadedCampaign) -> Callable[[Callable[[int], bool]], Iterator[object]]:
+    return lambda wanted: iter_audience_share(loaded, wanted)
+
+
+def test_a_killed_child_means_one_process_checks_again(tmp_path: Path) -> None:
+    """A child that dies mid-share (killed as the OOM killer would) leaves no summary: the
+    result is None (the caller checks again alone) and the spool is empty again."""
+    loaded = campaign(tmp_path, people(50))
+    parent = os.getpid()
+    composed: list[int] = []
+
+    def check_row(spool: JobSpool | None, report: CheckReport, position: int, item: object) -> bool:
+        if os.getpid() != parent and position > 20:
+            os.kill(os.getpid(), signal.SIGKILL)
+        composed.append(position)
+        assert spool is not None
+        spool.add_problem(position)  # something written, to see it discarded
+        report.recipients += 1
+        return True
+
+    with JobSpool(STEPS) as spool:
+        result = check_in_processes(pool(2, 5), spool, rows_of(loaded), check_row, None)  # type: ignore[arg-type]
+        assert result is None
+        assert [list(spool.entries(step)) for step in STEPS] == [[], [], []]
+        assert spool.positions == spool.skipped == 0
+    assert composed
+    assert all((p - 1) // 5 % 2 == 0 for p in composed)
+
+
+def test_processes_that_read_different_rows_are_not_trusted(tmp_path: Path) -> None:
+    """A file changed between the processes' reads: they saw different numbers of rows."""
+    loaded = campaign(tmp_path, people(30))
+    parent = os.getpid()
+
+    def rows(wanted: Callable[[int], bool]) -> Iterator[object]:
+        shown = iter_audience_share(loaded, wanted)
+        if os.getpid() == parent:
+            return shown
+        return (row for index, row in enumerate(shown) if index < 29)
+
+    def check_row(spool: JobSpool | None, report: CheckReport, position: int, item: object) -> bool:
+        report.recipients += 1
+        return True
+
+    with JobSpool(STEPS) as spool:
+        assert check_in_processes(pool(2, 4), spool, rows, check_row, None) is None  # type: ignore[arg-type]
+
+
+def test_a_small_file_or_another_audience_is_checked_in_one_process(tmp_path: Path) -> None:
+    loaded = campaign(tmp_path / "csv", people(10))
+    size = (tmp_path / "csv" / "people.csv").stat().st_size
+    assert CheckPool(2, min_bytes=size).takes(loaded)
+    assert not CheckPool(2, min_bytes=size + 1).takes(loaded)
+    assert not CheckPool(1, min_bytes=0).takes(loaded)
+    inline = tmp_path / "inline"
+    inline.mkdir()
+    (inline / "c.yaml").write_text(
+        'name: inline\nfrom: "A <a@herald.test>"\naudience:\n  - email: x@example.com\n'
+        "steps:\n  - id: s\n    subject: Hi\n    text: Hello\n"
+    )
+    assert not CheckPool(2, min_bytes=0).takes(load_campaign(inline / "c.yaml"))
+
+
+def test_the_default_pool_has_a_process_per_core_up_to_four() -> None:
+    cores = len(os.sched_getaffinity(0))
+    expected = None if cores < 2 else CheckPool(min(cores, 4))
+    assert default_pool() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(
+        st.tuples(
+            st.sampled_from(["a@example.com", "bad", "", "q@x.test", "é@x.test"]),
+            st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8),
+        ),
+        max_size=25,
+    ),
+    blank_lines=st.lists(st.integers(0, 30), max_size=4),
+    modulus=st.integers(1, 4),
+)
+def test_a_share_reads_its_rows_as_the_whole_reader_does_and_none_for_others(
+    tmp_path_factory: pytest.TempPathFactory,
+    cells: list[tuple[str, str]],
+    blank_lines: list[int],
+    modulus: int,
+) -> None:
+    """Hostile cells (quotes, line breaks, commas in names), blank rows between them: the
+    share reader's positions are the whole reader's, row for row."""
+    folder = tmp_path_factory.mktemp("share")
+    rows: list[list[str]] = [["email", "name"], *([email, name] for email, name in cells)]
+    for at in sorted(blank_lines, reverse=True):
+        rows.insert(min(at + 1, len(rows)), ["", ""])
+    with (folder / "people.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    (folder / "c.yaml").write_text(
+        'name: share\nfrom: "A <a@herald.test>"\naudience: people.csv\n'
+        "steps:\n  - id: s\n    subject: Hi\n    text: Hello\n"
+    )
+    loaded = load_campaign(folder / "c.yaml")
+    whole = list(iter_audience(loaded))
+    shared = list(iter_audience_share(loaded, lambda position: position % modulus == 0))
+    assert len(shared) == len(whole)
+    for position, (mine, theirs) in enumerate(zip(shared, whole, strict=True), start=1):
+        assert mine == (theirs if position % modulus == 0 else None)
