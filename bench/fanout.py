@@ -62,6 +62,9 @@ class LaunchFigures:
     cpu_seconds: float | None = None
     backend_cpu_seconds: float | None = None
     peak_rss_bytes: int | None = None  # the launching process's peak resident set
+    # The largest peak resident set of the processes the launch forked to check its audience
+    # (scheduler.check_pool); None if it forked none. Pages shared with the parent count in both.
+    children_peak_rss_bytes: int | None = None
 
     @property
     def cpu_us_per_message(self) -> tuple[float | None, float | None]:
@@ -134,6 +137,7 @@ def measure_launch(url: str, path: Path, recipients: int, *, traced: bool = Fals
         cpu_seconds=figures.get("cpu"),
         backend_cpu_seconds=figures.get("backend_cpu"),
         peak_rss_bytes=figures.get("peak_rss"),
+        children_peak_rss_bytes=figures.get("children_peak_rss"),
     )
 
 
@@ -211,7 +215,16 @@ def _child(url: str, path: Path, traced: bool) -> dict[str, float | int | None]:
         "cpu": cpu_used,
         "backend_cpu": cpu.get("backend"),
         "peak_rss": peak,
+        "children_peak_rss": _children_peak_rss(),
     }
+
+
+def _children_peak_rss() -> int | None:
+    """The largest peak RSS of the waited-for children (the check's forked processes)."""
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    if not peak:
+        return None
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def main(argv: list[str] | None = None) -> None:

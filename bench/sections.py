@@ -98,6 +98,16 @@ def launch_sizes(
                     note="child process, imports excluded",
                     loads=loads,
                 )
+                for what, peak_bytes, note in (
+                    ("peak RSS of the launch process", run.peak_rss_bytes, "imports included"),
+                    (
+                        "peak RSS of a check process",
+                        run.children_peak_rss_bytes,
+                        "forked by the launch (scheduler.check_pool); shares its pages",
+                    ),
+                ):
+                    if peak_bytes is not None:
+                        rep.add(name, what, peak_bytes / MiB, "MiB", n=size, note=note, loads=loads)
             if traced:
                 run = attempt(ctx, name, partial(_launch, backend, path, size, True))
                 if run is not None and run.traced_peak_bytes is not None:
