@@ -84,6 +84,22 @@ def test_a_pooled_launch_enqueues_what_one_process_composes(
     assert [row.recipient for row in outbox(engine)][:150] == addresses
 
 
+def test_a_pooled_new_version_takes_the_pooled_check_s_jobs(
+    engine: Engine, tmp_path: Path, pooled: list[bool]
+) -> None:
+    """--force-new-version fans out from the launch's spool too (scheduler.new_version): the
+    pending jobs take exactly the new version's messages, each in its audience position."""
+    path, _ = write_campaign(tmp_path / "c", recipients=120)
+    launch(engine, path, clock=lambda: LAUNCH_AT, actor="test")
+    path.write_text(path.read_text().replace("Welcome {{ name }}", "Hi again {{ name }}"))
+    result = launch(engine, path, clock=lambda: LAUNCH_AT, actor="test", force_new_version=True)
+    assert pooled == [True, True]
+    assert result.version == 2
+    assert result.superseded == 0
+    assert [tuple(row) for row in outbox(engine)] == composed_alone(path)
+    assert b"Hi again" in outbox(engine)[0].payload
+
+
 def test_a_pooled_launch_with_a_bad_row_is_refused_whole(
     engine: Engine, tmp_path: Path, pooled: list[bool]
 ) -> None:
