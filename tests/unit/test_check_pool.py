@@ -102,25 +102,29 @@ def test_a_bad_row_anywhere_gives_the_single_check_report(tmp_path: Path, bad_at
     assert pooled_entries == single_entries
 
 
-def test_a_template_failure_in_a_child_gives_the_single_check_report(tmp_path: Path) -> None:
-    loaded = campaign(tmp_path, people(30))
+def failing_for(tmp_path: Path, user: str, failure: str) -> CheckReport:
+    """The report of a 30-row campaign whose ``tips`` step runs ``failure`` for ``user`` only;
+    asserts that the check in 2 processes (blocks of 4 rows) reports and spools exactly what
+    the one-process check does."""
+    campaign(tmp_path, people(30))
     yaml = tmp_path / "campaign.yaml"
-    # Only User 5 (position 6: block 1 of 4 rows, the child's) uses an undefined variable.
-    yaml.write_text(
-        yaml.read_text().replace(
-            'text: "Tip for {{ email }}"',
-            "text: \"Tip for {{ email }}{% if name == 'User 5' %}{{ nowhere }}{% endif %}\"",
-        )
-    )
+    tips = 'text: "Tip for {{ email }}'
+    when = f"{{% if name == '{user}' %}}{failure}{{% endif %}}"
+    yaml.write_text(yaml.read_text().replace(tips, tips + when))
     loaded = load_campaign(yaml)
     single, single_entries = checked(loaded, None)
     pooled, pooled_entries = checked(loaded, pool(2, 4))
     assert not single.ok
-    assert len(single.problems) == 1
-    assert "User 5" not in single.problems[0].error
-    assert "nowhere" in single.problems[0].error
     assert pooled.problems == single.problems
     assert pooled_entries == single_entries
+    return single
+
+
+def test_a_template_failure_in_a_child_gives_the_single_check_report(tmp_path: Path) -> None:
+    # User 5 is position 6: block 1 of 4 rows, the child's.
+    report = failing_for(tmp_path, "User 5", "{{ nowhere }}")
+    assert len(report.problems) == 1
+    assert "nowhere" in report.problems[0].error
 
 
 def test_a_render_limit_in_the_parent_s_share_gives_the_single_check_report(
@@ -129,23 +133,10 @@ def test_a_render_limit_in_the_parent_s_share_gives_the_single_check_report(
     """A step over a render limit stays refused for every later recipient (templates.
     guarded_render); the rows before it must still be reported as the one-process check
     reports them when the check is run again."""
-    loaded = campaign(tmp_path, people(30))
-    yaml = tmp_path / "campaign.yaml"
     # User 9 is position 10: block 2 of 4 rows, the parent's share.
-    yaml.write_text(
-        yaml.read_text().replace(
-            'text: "Tip for {{ email }}"',
-            "text: \"Tip for {{ email }}{% if name == 'User 9' %}{{ 'x' * 10000000 }}{% endif %}\"",
-        )
-    )
-    loaded = load_campaign(yaml)
-    single, single_entries = checked(loaded, None)
-    pooled, pooled_entries = checked(loaded, pool(2, 4))
-    assert not single.ok
-    assert single.problems[0].where == "line 11 (user00009@example.com)"
-    assert "render limit" in single.problems[0].error
-    assert pooled.problems == single.problems
-    assert pooled_entries == single_entries
+    report = failing_for(tmp_path, "User 9", "{{ 'x' * 10000000 }}")
+    assert report.problems[0].where == "line 11 (user00009@example.com)"
+    assert "render limit" in report.problems[0].error
 
 
 def rows_of(loaded: LoadedCampaign) -> Callable[[Callable[[int], bool]], Iterator[object]]:
