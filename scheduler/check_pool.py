@@ -71,12 +71,14 @@ class CheckPool:
         return ((position - 1) // self.block) % self.processes
 
 
-def default_pool() -> CheckPool | None:
-    """One process per usable core, at most MAX_PROCESSES; None on one core or without fork."""
+def pool_of(processes: int | None = None) -> CheckPool | None:
+    """A pool of ``processes`` (None: one per usable core, at most MAX_PROCESSES); None when
+    that is one process, or without fork."""
     if not hasattr(os, "fork"):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    processes = min(cores or 1, MAX_PROCESSES)
+    if processes is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        processes = min(cores or os.cpu_count() or 1, MAX_PROCESSES)
     return CheckPool(processes) if processes > 1 else None
 
 

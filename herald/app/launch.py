@@ -28,7 +28,7 @@ from campaigns.store import CampaignStore
 from herald.app.common import Clock, operator_name, utc_now
 from herald.errors import UsageError
 from scheduler.check import CheckReport, check_campaign
-from scheduler.check_pool import default_pool
+from scheduler.check_pool import pool_of
 from scheduler.fanout import FanoutResult, materialise
 from scheduler.new_version import NewVersionFanout
 from scheduler.new_version_scheduled import ScheduledNewVersion
@@ -146,11 +146,14 @@ def launch(
     actor: str | None = None,
     progress: ProgressFactory = _no_progress,
     links: UnsubscribeLinks | None = None,
+    check_processes: int | None = None,
 ) -> LaunchResult:
     """Check, store the campaign and fan out its send jobs (idempotent).
 
     ``campaign``: its file, or the campaign already loaded (``load``). ``links``: the
     unsubscribe links marketing messages carry (herald.app.unsubscribe; None: none).
+    ``check_processes``: how many processes check a large audience file
+    (scheduler.check_pool; None: one per core, at most four).
 
     Raises CheckFailed (with the report) when any message fails to render; CampaignConflict
     for a changed definition without ``force_new_version``.
@@ -181,7 +184,7 @@ def launch(
                 count_duplicates=False,
                 spool=spool,
                 links=links,
-                pool=default_pool(),
+                pool=pool_of(check_processes),
             )
         if not report.ok:
             raise CheckFailed(report)

@@ -67,6 +67,15 @@ def launch(
         ),
     ] = False,
     as_json: JsonFlag = False,
+    check_processes: Annotated[
+        int | None,
+        typer.Option(
+            "--check-processes",
+            min=1,
+            help="Processes that check and compose an audience file of 256 KiB or more "
+            "[default: one per core, at most 4; 1: this process only].",
+        ),
+    ] = None,
 ) -> None:
     """Validate, store the campaign and fan out its send jobs (idempotent)."""
     from herald.app.launch import CheckFailed, load
@@ -84,6 +93,7 @@ def launch(
                 force_new_version=force_new_version,
                 progress=progress_bar,
                 links=links,
+                check_processes=check_processes,
             )
         except CheckFailed as exc:
             print_check(exc.report, as_json=False)

@@ -26,6 +26,7 @@ from scheduler.check import check_campaign
 from scheduler.check_pool import MIN_BYTES, CheckPool, check_in_processes
 from scheduler.spool import JobSpool
 from tests.support.campaign_files import write_audience, write_campaign
+from tests.support.factories import cli
 from tests.support.paths import HERALD
 
 LAUNCH_AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -45,7 +46,7 @@ def pooled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         return report
 
     monkeypatch.setattr(
-        herald.app.launch, "default_pool", lambda: CheckPool(3, block=16, min_bytes=0)
+        herald.app.launch, "pool_of", lambda _processes: CheckPool(3, block=16, min_bytes=0)
     )
     monkeypatch.setattr(scheduler.check, "check_in_processes", recording)
     return kept
@@ -160,3 +161,42 @@ def test_herald_launch_on_a_terminal_forks_beside_its_progress_bar(
     with engine.connect() as conn:
         jobs = conn.execute(sa.text("select count(*) from send_job")).scalar_one()
     assert jobs == recipients * len(STEPS)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "asked"),
+    [
+        ((), {}, None),
+        (("--check-processes", "1"), {}, 1),
+        ((), {"HERALD_LAUNCH_CHECK_PROCESSES": "2"}, 2),
+        (("--check-processes", "3"), {"HERALD_LAUNCH_CHECK_PROCESSES": "2"}, 3),
+    ],
+)
+def test_herald_launch_takes_the_number_of_check_processes(
+    tmp_path: Path,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+    env: dict[str, str],
+    asked: int | None,
+) -> None:
+    """``--check-processes`` / HERALD_LAUNCH_CHECK_PROCESSES reach the pool; none: per core."""
+    seen: list[int | None] = []
+
+    def recording(processes: int | None) -> CheckPool | None:
+        seen.append(processes)
+        return None
+
+    monkeypatch.setattr(herald.app.launch, "pool_of", recording)
+    path, _ = write_campaign(tmp_path / "c", recipients=3)
+    result = cli(db_url, "launch", str(path), *args, env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [asked]
+
+
+def test_herald_launch_refuses_zero_check_processes(tmp_path: Path, db_url: str) -> None:
+    path, _ = write_campaign(tmp_path / "c", recipients=3)
+    result = cli(db_url, "launch", str(path), "--check-processes", "0")
+    assert result.exit_code == 2
+    assert "--check-processes" in result.output
+    assert "greater than or equal" in result.output

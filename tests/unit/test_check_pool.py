@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from campaigns.audience import iter_audience, iter_audience_share
 from campaigns.spec import LoadedCampaign, load_campaign
 from scheduler.check import check_campaign
-from scheduler.check_pool import CheckPool, check_in_processes, default_pool
+from scheduler.check_pool import CheckPool, check_in_processes, pool_of
 from scheduler.check_report import CheckReport
 from scheduler.spool import JobSpool
 from tests.support.campaign_files import write_campaign
@@ -204,8 +204,10 @@ def test_a_small_file_or_another_audience_is_checked_in_one_process(tmp_path: Pa
 
 def test_the_default_pool_has_a_process_per_core_up_to_four() -> None:
     cores = len(os.sched_getaffinity(0))
-    expected = None if cores < 2 else CheckPool(min(cores, 4))
-    assert default_pool() == expected
+    assert pool_of() == (None if cores < 2 else CheckPool(min(cores, 4)))
+    assert pool_of(None) == pool_of()
+    assert pool_of(1) is None  # --check-processes 1: the launch's own process only
+    assert pool_of(6) == CheckPool(6)  # asked for: not capped
 
 
 @settings(max_examples=60, deadline=None)
