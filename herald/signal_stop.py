@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
+import threading
 import time
+from collections.abc import Iterator
 
 
 class SignalStop:
@@ -44,3 +47,18 @@ class SignalStop:
         for fd in (self._read, self._write):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+@contextlib.contextmanager
+def signal_sets(signum: signal.Signals, stop: SignalStop) -> Iterator[None]:
+    """While the ``with`` lasts, ``signum`` sets ``stop`` (the previous handler is put back
+    after). Only the main thread can install a handler: elsewhere nothing changes, and the
+    signal keeps its meaning (KeyboardInterrupt for SIGINT, the default for SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signum, lambda _signum, _frame: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)

@@ -13,24 +13,23 @@ import logging
 import mailbox
 import signal
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import closing, suppress
 from dataclasses import dataclass
 from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from email.message import Message
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from herald.errors import UsageError
-from herald.signal_stop import SignalStop
+from herald.signal_stop import SignalStop, signal_sets
 from herald.sink_store import GroupFlusher, MaildirFlush, default_flush
 from herald.sink_store import fsync_directory as fsync_directory  # still importable from here
 
@@ -296,9 +295,9 @@ def serve_sink_forever(
 
     ``on_ready`` receives the running handle (e.g. to print the real port when ``port=0``).
     """
-    stop_requested = SignalStop()
     with (
-        _stop_on_sigterm(stop_requested),
+        closing(SignalStop()) as stop_requested,  # its pipe closed however the sink ends
+        signal_sets(signal.SIGTERM, stop_requested),
         start_sink(
             maildir,
             host=host,
@@ -312,22 +311,3 @@ def serve_sink_forever(
         # Ctrl-C is the normal way to stop a dev server, not an error.
         with suppress(KeyboardInterrupt):
             stop_requested.wait()
-    stop_requested.close()
-
-
-@contextmanager
-def _stop_on_sigterm(stop_requested: SignalStop) -> Iterator[None]:
-    # Signal handlers can only be installed from the main thread; elsewhere the caller owns
-    # shutdown (and SIGTERM keeps its default meaning).
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        stop_requested.set()
-
-    previous = signal.signal(signal.SIGTERM, request_stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +30,7 @@ from herald.cli.status_view import status_lines
 from herald.cli.textfit import fold
 from herald.cli.timefmt import utc_text
 from herald.output import err, styled
-from herald.signal_stop import SignalStop
+from herald.signal_stop import SignalStop, signal_sets
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,7 +50,10 @@ def watch_status(
     take = _lasting(take)
     stop = SignalStop()
     try:
-        with _ctrl_c_sets(stop):
+        # Ctrl-C sets ``stop`` instead of raising KeyboardInterrupt wherever the process
+        # happens to be: inside a database query, an interrupt would leave the driver and the
+        # pool to clean up mid-statement (seen as exit 1); the watch ends at its next tick.
+        with signal_sets(signal.SIGINT, stop):
             if console.is_terminal and not as_json:
                 _live(console, take, interval, count, width, stop)
             else:
@@ -61,22 +62,6 @@ def watch_status(
         pass  # the way out of a watch: not an error
     finally:
         stop.close()
-
-
-@contextmanager
-def _ctrl_c_sets(stop: SignalStop) -> Iterator[None]:
-    """While the watch runs, Ctrl-C (SIGINT) sets ``stop`` instead of raising
-    KeyboardInterrupt wherever the process happens to be: inside a database query, an
-    interrupt would leave the driver and the pool to clean up mid-statement (seen as exit 1);
-    the watch ends at its next tick boundary instead, which the Event makes immediate."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers belong to the main thread; KeyboardInterrupt remains the way
-        return
-    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class _Stale(Exception):

@@ -11,23 +11,12 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from herald.signal_stop import SignalStop
-
-
-@contextmanager
-def handler(signum: int, stop: SignalStop) -> Iterator[None]:
-    previous = signal.signal(signum, lambda _s, _f: stop.set())
-    try:
-        yield
-    finally:
-        signal.signal(signum, previous)
+from herald.signal_stop import SignalStop, signal_sets
 
 
 def test_an_event_set_from_inside_its_own_lock_would_wait_for_ever() -> None:
@@ -60,7 +49,7 @@ def test_a_signal_during_wait_ends_it_promptly(delay: float) -> None:
     pid = os.getpid()
     timer = threading.Timer(delay, os.kill, (pid, signal.SIGUSR1))
     try:
-        with handler(signal.SIGUSR1, stop):
+        with signal_sets(signal.SIGUSR1, stop):
             started = time.monotonic()
             timer.start()
             assert stop.wait(60)
@@ -74,6 +63,37 @@ def test_wait_times_out_unset() -> None:
     stop = SignalStop()
     try:
         assert stop.wait(0.01) is False
+        assert not stop.is_set()
+    finally:
+        stop.close()
+
+
+def test_signal_sets_installs_and_puts_back_the_handler() -> None:
+    stop = SignalStop()
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        with signal_sets(signal.SIGTERM, stop):
+            assert signal.getsignal(signal.SIGTERM) is not before
+            os.kill(os.getpid(), signal.SIGTERM)  # handled between two bytecodes, in this thread
+            assert stop.wait(timeout=10)
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        stop.close()
+
+
+def test_signal_sets_changes_nothing_off_the_main_thread() -> None:
+    stop = SignalStop()
+    seen: list[object] = []
+
+    def elsewhere() -> None:
+        with signal_sets(signal.SIGINT, stop):
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    try:
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join(timeout=30)
+        assert seen == [signal.getsignal(signal.SIGINT)]  # nothing installed, nothing raised
         assert not stop.is_set()
     finally:
         stop.close()
