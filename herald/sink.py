@@ -297,7 +297,11 @@ def serve_sink_forever(
     """
     with (
         closing(SignalStop()) as stop_requested,  # its pipe closed however the sink ends
+        # Ctrl-C (the usual way to stop a dev server) and SIGTERM only set the stop, whenever
+        # they come: a KeyboardInterrupt lands wherever the main thread is, and once landed
+        # in on_ready, outside any handler (a traceback, and no clean stop).
         signal_sets(signal.SIGTERM, stop_requested),
+        signal_sets(signal.SIGINT, stop_requested),
         start_sink(
             maildir,
             host=host,
@@ -308,6 +312,4 @@ def serve_sink_forever(
     ):
         if on_ready is not None:
             on_ready(handle)
-        # Ctrl-C is the normal way to stop a dev server, not an error.
-        with suppress(KeyboardInterrupt):
-            stop_requested.wait()
+        stop_requested.wait()
