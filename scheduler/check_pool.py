@@ -13,7 +13,8 @@ one stream in audience order, as after a one-process check.
 Only a clean result is taken. If any process finds a problem, a child fails or is killed, or
 the processes did not see the same number of rows, everything composed is discarded and the
 caller checks again in one process: a failed check reports exactly what it always did (every
-problem, in order, with its line), and a launch never fans out from a partial spool.
+problem, in order, with its line), and a launch never fans out from a partial spool. (The rows
+the first attempt counted stay counted on the progress bar: it has no total while checking.)
 
 Fork safety: a child only reads the file, composes, writes to its own descriptors and leaves
 through ``os._exit``. It never touches the database connections it inherits, the terminal, or
