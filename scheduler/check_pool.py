@@ -16,6 +16,10 @@ caller checks again in one process: a failed check reports exactly what it alway
 problem, in order, with its line), and a launch never fans out from a partial spool. (The rows
 the first attempt counted stay counted on the progress bar: it has no total while checking.)
 
+A child does not outlive the launch: a launch that unwinds (an error, SIGTERM, Ctrl-C) kills
+its children; one killed outright leaves them a closed pipe, which their next progress line
+(one per block) meets.
+
 Fork safety: a child only reads the file, composes, writes to its own descriptors and leaves
 through ``os._exit``. It never touches the database connections it inherits, the terminal, or
 a lock another thread of the parent may hold (a progress bar's refresh thread), and never runs
