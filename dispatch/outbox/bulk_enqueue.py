@@ -22,6 +22,14 @@ The semantics are the portable path's, statement for statement:
   listing one address twice with different data) takes the per-row UPDATE, whose outcome
   depends on the order of the repeats.
 
+A batch is first tried without ``ON CONFLICT`` (in a savepoint): a launch's batches are new
+keys, and with ``ON CONFLICT`` PostgreSQL checks every unique index before it inserts and
+again as it inserts (speculative insertion): 97 → 74 ms per 5,000 jobs measured. If a key is
+already there (a resumed or repeated fan-out, or two spellings of one mailbox in the batch),
+the plain insert stops on the unique violation, the savepoint is rolled back and the batch goes
+in with ``ON CONFLICT DO NOTHING`` as before: the same rows either way. A new version's batches
+(``replace_pending``) are mostly existing keys and go straight to ``ON CONFLICT``.
+
 The staging table is per session (``TEMP``) and created inside the caller's transaction if
 missing, so it also works through a transaction-mode pooler: whichever server connection runs
 the transaction has it by then. ``ON COMMIT DELETE ROWS`` empties it at commit, and each call
@@ -87,16 +95,26 @@ _START: Final = {
     "send_attempts": "0",
     "lease_token": "0",
 }
+
+
 # Built from this module's constants only (no value is ever spliced in): S608 does not apply.
-_INSERT: Final = (
-    f"WITH new AS (INSERT INTO send_job ({', '.join(_COPIED + tuple(_START))}) "  # noqa: S608
-    f"SELECT {', '.join(_COPIED + tuple(_START.values()))} FROM {STAGE} ORDER BY seq "
-    "ON CONFLICT DO NOTHING RETURNING id), "
-    "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, detail) "
-    f"SELECT id, 0, NULL, '{T.ENQUEUE.target.value}', now(), 'scheduler', NULL "
-    "FROM new ORDER BY id) "
-    "SELECT count(*) FROM new"
-)
+def _insert(on_conflict: str) -> str:
+    return (
+        f"WITH new AS (INSERT INTO send_job ({', '.join(_COPIED + tuple(_START))}) "  # noqa: S608
+        f"SELECT {', '.join(_COPIED + tuple(_START.values()))} FROM {STAGE} ORDER BY seq "
+        f"{on_conflict}RETURNING id), "
+        "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, "
+        "detail) "
+        f"SELECT id, 0, NULL, '{T.ENQUEUE.target.value}', now(), 'scheduler', NULL "
+        "FROM new ORDER BY id) "
+        "SELECT count(*) FROM new"
+    )
+
+
+_INSERT: Final = _insert("ON CONFLICT DO NOTHING ")
+_INSERT_NEW: Final = _insert("")  # every key new, or a unique violation
+_UNIQUE_VIOLATION: Final = "23505"  # SQLSTATE
+_SAVEPOINT: Final = "herald_enqueue_new"
 _REPLACE: Final = (
     f"UPDATE send_job AS j SET payload = s.payload, payload_hash = s.payload_hash, "  # noqa: S608
     "not_before = s.not_before, send_window = s.send_window, list_scope = s.list_scope, "
@@ -162,14 +180,32 @@ def _copy_enqueue(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pendin
                         job.in_doubt_policy,
                     )
                 )
-        cursor.execute(_INSERT)
-        created = int(cursor.fetchone()[0])
+        created = None if replace_pending else _insert_new(conn, cursor)
+        if created is None:
+            cursor.execute(_INSERT)
+            created = int(cursor.fetchone()[0])
         if replace_pending and created < len(jobs):
             if _pairs_unique(jobs):
                 cursor.execute(_REPLACE)
             else:
                 replace_each(conn, jobs)
         cursor.execute(_EMPTY)
+    return created
+
+
+def _insert_new(conn: sa.Connection, cursor: Any) -> int | None:
+    """The staged batch inserted without ON CONFLICT: how many (all), or None if a key or a
+    mailbox was already taken (nothing of the attempt is left: its savepoint is rolled back)."""
+    cursor.execute(f"SAVEPOINT {_SAVEPOINT}")
+    try:
+        cursor.execute(_INSERT_NEW)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+            raise
+        cursor.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+        return None
+    created = int(cursor.fetchone()[0])
+    cursor.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
     return created
 
 

@@ -196,3 +196,53 @@ def test_copy_enqueue_twice_in_one_transaction_and_again_after_commit(pg_engine:
         with pg_engine.begin() as conn:
             conn.execute(sa.delete(send_event))
             conn.execute(sa.delete(send_job))
+
+
+def _fresh(key: str, mailbox: str) -> NewJob:
+    return NewJob(
+        key=key,
+        key_tuple=key,
+        campaign="optimistic",
+        step="s",
+        occurrence_at=AT,
+        channel="email",
+        sender="from@x.test",
+        recipient=f"{mailbox}@x.test",
+        message_id=f"<{key}@x.test>",
+        payload=b"p",
+        not_before=AT,
+        mailbox=mailbox,
+    )
+
+
+def test_new_keys_go_in_without_on_conflict_and_a_taken_one_falls_back(
+    pg_engine: Engine,
+) -> None:
+    """A batch of new keys is inserted by the plain statement; a batch holding a key already
+    there, or one mailbox twice, rolls that attempt back and goes in with ON CONFLICT DO
+    NOTHING, in the same transaction, which stays usable."""
+    attempts: list[int | None] = []
+    real = bulk_enqueue._insert_new
+
+    def spying(conn: sa.Connection, cursor: Any) -> int | None:
+        attempts.append(real(conn, cursor))
+        return attempts[-1]
+
+    store = OutboxStore("postgresql")
+    count = sa.select(sa.func.count()).select_from(send_job)
+    try:
+        with mock.patch.object(bulk_enqueue, "_insert_new", spying), pg_engine.begin() as conn:
+            assert store.enqueue(conn, [_fresh("o1", "m1"), _fresh("o2", "m2")]) == 2
+            assert store.enqueue(conn, [_fresh("o3", "m3"), _fresh("o1", "m1")]) == 1
+            assert store.enqueue(conn, [_fresh("o4", "m4"), _fresh("o5", "m4")]) == 1
+            assert conn.execute(count).scalar_one() == 4
+        assert attempts == [2, None, None]
+        with pg_engine.connect() as conn:
+            keys = conn.execute(sa.select(send_job.c.key).order_by(send_job.c.id)).scalars()
+            assert list(keys) == ["o1", "o2", "o3", "o4"]  # the first spelling keeps the mailbox
+            journal = sa.select(sa.func.count()).select_from(send_event)
+            assert conn.execute(journal).scalar_one() == 4
+    finally:
+        with pg_engine.begin() as conn:
+            conn.execute(sa.delete(send_event))
+            conn.execute(sa.delete(send_job))
