@@ -223,12 +223,15 @@ def test_format_sinked_is_one_line() -> None:
 
 SINK_SCRIPT = textwrap.dedent(
     """
-    import sys
+    import sys, time
     from pathlib import Path
     from herald.sink import serve_sink_forever
 
     def ready(handle):
         print(f"READY {handle.port}", flush=True)
+        if len(sys.argv) > 2:  # on_ready holds the main thread until that file appears
+            while not Path(sys.argv[2]).exists():
+                time.sleep(0.01)
 
     serve_sink_forever(
         Path(sys.argv[1]), host="127.0.0.1", port=0,
@@ -253,34 +256,14 @@ def test_serve_sink_forever_echoes_and_stops_cleanly(
     assert f"<0123abcd@sender.test> {SENDER} -> {RECIPIENT} Hello (" in echoed
 
 
-# on_ready holds the main thread until the test says so (a file appears): a signal that comes
-# then lands in on_ready, as one did once under load, right after the READY line.
-SINK_HELD_IN_READY = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    from herald.sink import serve_sink_forever
-
-    def ready(handle):
-        print(f"READY {handle.port}", flush=True)
-        while not Path(sys.argv[2]).exists():
-            time.sleep(0.01)
-
-    serve_sink_forever(
-        Path(sys.argv[1]), host="127.0.0.1", port=0,
-        echo=lambda line: print(line, flush=True), on_ready=ready,
-    )
-    print("RETURNED", flush=True)
-    """
-)
-
-
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_before_the_sink_waits_still_stops_it_cleanly(
     tmp_path: Path, stop_signal: signal.Signals
 ) -> None:
+    """A signal that comes while on_ready still holds the main thread (as one did once under
+    load, right after the READY line) stops the sink cleanly too."""
     go_on = tmp_path / "go-on"
-    command = [sys.executable, "-c", SINK_HELD_IN_READY, str(tmp_path / "Maildir"), str(go_on)]
+    command = [sys.executable, "-c", SINK_SCRIPT, str(tmp_path / "Maildir"), str(go_on)]
     with running(command) as process:
         process.read_line()  # READY: the child is now inside on_ready
         process.send_signal(stop_signal)
