@@ -1,5 +1,5 @@
-"""Outbox growth: bytes of send_job and send_event (tables with TOAST, and indexes) per million
-sent jobs, before and after ``herald prune`` (issue 12, item 5).
+"""Outbox growth: bytes of send_job, send_event and send_key (tables with TOAST, and indexes) per
+million sent jobs, before and after ``herald prune`` (issue 12, item 5).
 
 On a fresh PostgreSQL database: launch a one-step newsletter of N recipients (real composed
 messages: an HTML template of about 2 kB of prose on Herald's layout, with its text part,
@@ -41,7 +41,7 @@ from herald.db import create_engine
 MILLION = 1_000_000
 LAUNCH_AT = datetime(2026, 1, 1, 9, 0, tzinfo=UTC)
 CONCURRENCY = 64
-TABLES = ("send_job", "send_event")
+TABLES = ("send_job", "send_event", "send_key")
 
 CAMPAIGN = """\
 name: {name}
@@ -90,10 +90,13 @@ class Sizes:
     send_event_heap: int
     send_event_indexes: int
     send_event_total: int
+    send_key_heap: int  # keys and mailbox identities (migration 0009): kept by prune
+    send_key_indexes: int
+    send_key_total: int
 
     @property
     def total(self) -> int:
-        return self.send_job_total + self.send_event_total
+        return self.send_job_total + self.send_event_total + self.send_key_total
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ def _sizes(engine: Engine, jobs: int) -> Sizes:
         send_event_heap=figures["send_event_heap"],
         send_event_indexes=figures["send_event_indexes"],
         send_event_total=figures["send_event_total"],
+        send_key_heap=figures["send_key_heap"],
+        send_key_indexes=figures["send_key_indexes"],
+        send_key_total=figures["send_key_total"],
     )
 
 

@@ -30,6 +30,7 @@ from campaigns.suppression import suppress
 from dbtypes import dialect_insert
 from dispatch.key_lookup import KeyPrefixError, normalise_prefix
 from dispatch.models import GLOBAL_SCOPE, mail_feedback, send_job
+from dispatch.outbox.keyed import job_of, with_key_prefix
 
 Kind = Literal["hard", "soft", "block", "complaint", "unsubscribe"]
 _KINDS: dict[Verdict, Kind] = {
@@ -82,16 +83,14 @@ def job_by_prefix(conn: sa.Connection, raw: str) -> JobRef | None:
         prefix = normalise_prefix(raw)
     except KeyPrefixError:
         return None
-    rows = conn.execute(
-        _select_jobs().where(J.key.startswith(prefix, autoescape=True)).limit(2)
-    ).all()
+    rows = conn.execute(_select_jobs().where(with_key_prefix(prefix)).limit(2)).all()
     return _ref(rows[0]) if len(rows) == 1 else None
 
 
 def job_by_key(conn: sa.Connection, key: str | None) -> JobRef | None:
     if key is None:
         return None
-    row = conn.execute(_select_jobs().where(J.key == key)).first()
+    row = conn.execute(_select_jobs().where(J.id == job_of(key))).first()
     return _ref(row) if row is not None else None
 
 

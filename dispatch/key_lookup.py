@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from dispatch.models import send_job
+from dispatch.outbox.keyed import with_key_prefix
 
 MIN_PREFIX = 8
 KEY_LENGTH = 64
@@ -61,7 +62,7 @@ def match_prefix(conn: sa.Connection, raw: str, *, show: int = 3) -> str:
     # Hex only, so the LIKE pattern holds no wildcard of its own.
     rows = conn.execute(
         sa.select(J.key, J.campaign, J.step, J.state)
-        .where(J.key.startswith(prefix, autoescape=True))
+        .where(with_key_prefix(prefix))
         .order_by(J.key)
         .limit(show + 1)
     ).all()

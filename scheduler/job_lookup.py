@@ -15,6 +15,7 @@ from typing import Final
 import sqlalchemy as sa
 
 from dispatch.models import send_job
+from dispatch.outbox.keyed import K, with_keys
 
 J = send_job.c
 CHUNK: Final = 500
@@ -33,7 +34,7 @@ def outcomes(conn: sa.Connection, keys: Sequence[str]) -> dict[str, JobOutcome]:
     for start in range(0, len(keys), CHUNK):
         rows = conn.execute(
             sa.select(J.key, J.state, J.outcome_at, J.not_before).where(
-                J.key.in_(list(keys[start : start + CHUNK]))
+                with_keys(keys[start : start + CHUNK])
             )
         )
         for row in rows:
@@ -56,6 +57,6 @@ def earliest_pending(conn: sa.Connection, campaigns: Sequence[str]) -> datetime 
 def has_jobs(conn: sa.Connection, campaign: str, occurrence_at: datetime) -> bool:
     """Whether any job of this occurrence exists (something of it may have been sent)."""
     found = conn.execute(
-        sa.select(J.id).where(J.campaign == campaign, J.occurrence_at == occurrence_at).limit(1)
+        sa.select(K.job_id).where(K.campaign == campaign, K.occurrence_at == occurrence_at).limit(1)
     ).first()
     return found is not None

@@ -28,7 +28,8 @@ from sqlalchemy.engine import Engine
 from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignRow
-from dispatch.models import send_job
+from dispatch.models import send_job, send_key
+from dispatch.outbox.keyed import K
 from dispatch.store import NewJob, OutboxStore
 from dispatch.supersede import ExistingJob, VersionReport, VersionStore
 from scheduler.compose import compile_steps, compose_broadcast, compose_job
@@ -190,9 +191,10 @@ def _drip_jobs(
     """(mailbox, enrolled_at) -> step id -> (state, not_before), for every job of the drip."""
     found: dict[tuple[str, datetime], dict[str, tuple[str, datetime]]] = {}
     rows = conn.execute(
-        sa.select(J.mailbox, J.occurrence_at, J.step, J.state, J.not_before).where(
-            J.campaign == campaign
-        )
+        # By send_key's (campaign, …) index: send_job has none that holds every state.
+        sa.select(J.mailbox, J.occurrence_at, J.step, J.state, J.not_before)
+        .join(send_key, K.job_id == J.id)
+        .where(K.campaign == campaign)
     )
     for row in rows:
         found.setdefault((row.mailbox, row.occurrence_at), {})[row.step] = (

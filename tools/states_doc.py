@@ -33,8 +33,9 @@ NEW = "(new)"  # the source of a transition that creates the row
 NOTES: dict[str, tuple[str, str]] = {
     "T1": (
         "scheduler fan-out (`herald launch`)",
-        "An occurrence is materialised: `INSERT … ON CONFLICT DO NOTHING` on the unique key, "
-        "so re-firing a trigger or relaunching inserts nothing twice.",
+        "An occurrence is materialised: `INSERT … ON CONFLICT DO NOTHING` into `send_key` "
+        "(unique key, unique mailbox identity), and a job only for a key inserted, so "
+        "re-firing a trigger or relaunching inserts nothing twice.",
     ),
     "T2": (
         "worker",

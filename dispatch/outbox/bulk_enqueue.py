@@ -6,15 +6,17 @@ statements (psycopg re-parses every one: they are too long for its statement cac
 PostgreSQL. Here the batch is streamed with binary ``COPY`` into a temporary staging table, and
 one statement moves it into ``send_job`` and writes the journal:
 
-    WITH new AS (INSERT INTO send_job … SELECT … FROM stage ORDER BY seq
-                 ON CONFLICT DO NOTHING RETURNING id)
+    WITH keyed AS (INSERT INTO send_key … SELECT … FROM stage ORDER BY seq
+                   ON CONFLICT DO NOTHING RETURNING key, job_id),
+         new AS (INSERT INTO send_job … SELECT … FROM stage JOIN keyed … RETURNING id)
     INSERT INTO send_event … SELECT … FROM new
 
 The semantics are the portable path's, statement for statement:
 
-- no conflict target, so either UNIQUE index (key; campaign/step/occurrence/mailbox) makes a
-  row a no-op, and rows go in in the batch's order (``ORDER BY seq``): of several spellings of
-  one mailbox in a batch, the first keeps the job, as with the multi-row INSERT;
+- no conflict target, so either UNIQUE index of send_key (key; campaign/step/occurrence/
+  mailbox) makes a row a no-op, and rows go in in the batch's order (``ORDER BY seq``): of
+  several spellings of one mailbox in a batch, the first keeps the job, as with the portable
+  path;
 - one T1 journal row per new job (token 0, from NULL, actor ``scheduler``), in the same
   transaction, at the transaction's time, exactly the rows ``sqlcore.journal`` writes;
 - ``replace_pending`` is one ``UPDATE … FROM stage``, equal to the portable per-row UPDATE when
@@ -47,6 +49,7 @@ import sqlalchemy as sa
 from dbtypes import UtcTimestamp, db_now
 from dispatch.models import send_job
 from dispatch.outbox.jobs import NewJob, payload_hash
+from dispatch.outbox.keyed import job_of
 from dispatch.states import State, T
 
 J = send_job.c
@@ -97,12 +100,28 @@ _START: Final = {
 }
 
 
+# The send_key columns a staged job fills (its id comes from send_job's sequence).
+_KEYED: Final = ("key", "campaign", "step", "occurrence_at", "mailbox")
+
+
 # Built from this module's constants only (no value is ever spliced in): S608 does not apply.
 def _insert(on_conflict: str) -> str:
+    """Keys first: a job is created only for a send_key row this statement inserted, so the
+    two unique indexes of send_key decide what exists, as send_job's own did before 0009.
+    ``nextval`` is evaluated after the ORDER BY (PostgreSQL postpones volatile output columns
+    past the sort), so ids follow the batch's order and, of several rows for one key or one
+    mailbox, the first in the batch gets the job. A key staged twice is inserted once; the
+    job takes the first of its rows (DISTINCT ON … seq)."""
     return (
-        f"WITH new AS (INSERT INTO send_job ({', '.join(_COPIED + tuple(_START))}) "  # noqa: S608
-        f"SELECT {', '.join(_COPIED + tuple(_START.values()))} FROM {STAGE} ORDER BY seq "
-        f"{on_conflict}RETURNING id), "
+        "WITH keyed AS (INSERT INTO send_key (job_id, "  # noqa: S608
+        f"{', '.join(_KEYED)}) "
+        f"SELECT nextval('send_job_id_seq'), {', '.join(_KEYED)} FROM {STAGE} ORDER BY seq "
+        f"{on_conflict}RETURNING key, job_id), "
+        f"new AS (INSERT INTO send_job (id, {', '.join(_COPIED + tuple(_START))}) "
+        f"SELECT DISTINCT ON (s.key) k.job_id, "
+        f"{', '.join(tuple(f's.{c}' for c in _COPIED) + tuple(_START.values()))} "
+        f"FROM {STAGE} AS s JOIN keyed AS k ON k.key = s.key ORDER BY s.key, s.seq "
+        "RETURNING id), "
         "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, "
         "detail) "
         f"SELECT id, 0, NULL, '{T.ENQUEUE.target.value}', now(), 'scheduler', NULL "
@@ -115,11 +134,13 @@ _INSERT: Final = _insert("ON CONFLICT DO NOTHING ")
 _INSERT_NEW: Final = _insert("")  # every key new, or a unique violation
 _UNIQUE_VIOLATION: Final = "23505"  # SQLSTATE
 _SAVEPOINT: Final = "herald_enqueue_new"
+# A job is found by its key through send_key (send_job has no index on it since 0009).
 _REPLACE: Final = (
     f"UPDATE send_job AS j SET payload = s.payload, payload_hash = s.payload_hash, "  # noqa: S608
     "not_before = s.not_before, send_window = s.send_window, list_scope = s.list_scope, "
     "max_send_attempts = s.max_send_attempts, updated_at = now() "
-    f"FROM {STAGE} AS s WHERE j.key = s.key AND j.recipient = s.recipient "
+    f"FROM {STAGE} AS s JOIN send_key AS k ON k.key = s.key "
+    "WHERE j.id = k.job_id AND j.recipient = s.recipient "
     f"AND j.state = '{State.PENDING.value}' AND j.payload_hash <> s.payload_hash"
 )
 
@@ -222,7 +243,7 @@ def replace_each(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
     conn.execute(
         sa.update(send_job)
         .where(
-            J.key == sa.bindparam("b_key"),
+            J.id == job_of(sa.bindparam("b_key")),
             J.recipient == sa.bindparam("b_recipient"),
             J.state == State.PENDING.value,
             J.payload_hash != sa.bindparam("b_hash"),

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbtypes import db_now, db_now_plus, seconds
-from dispatch.models import send_job
+from dispatch.models import send_job, send_key
 from dispatch.outbox import bulk_enqueue
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.jobs import (
@@ -20,6 +20,7 @@ from dispatch.outbox.jobs import (
     claimed_job,
     payload_hash,
 )
+from dispatch.outbox.keyed import with_keys
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
 from dispatch.states import LEASED, T, performs
@@ -51,6 +52,37 @@ assert (
 ) == CLAIMED_FIELDS, CLAIMED_FIELDS
 
 
+def job_rows(jobs: Sequence[NewJob]) -> list[dict[str, Any]]:
+    """send_job's values for new jobs (T1's starting state and counters)."""
+    return [
+        {
+            "key": job.key,
+            "key_tuple": job.key_tuple,
+            "campaign": job.campaign,
+            "step": job.step,
+            "occurrence_at": job.occurrence_at,
+            "channel": job.channel,
+            "sender": job.sender,
+            "recipient": job.recipient,
+            "mailbox": job.mailbox_identity,
+            "message_id": job.message_id,
+            "payload": job.payload,
+            "payload_hash": payload_hash(job.payload),
+            "state": T.ENQUEUE.target.value,
+            "not_before": job.not_before,
+            "send_window": job.send_window,
+            "list_scope": job.list_scope,
+            "claims": 0,
+            "max_claims": job.max_claims,
+            "send_attempts": 0,
+            "max_send_attempts": job.max_send_attempts,
+            "lease_token": 0,
+            "in_doubt_policy": job.in_doubt_policy,
+        }
+        for job in jobs
+    ]
+
+
 class ClaimOps(SqlBase):
     @performs(T.ENQUEUE)
     def enqueue(
@@ -71,43 +103,45 @@ class ClaimOps(SqlBase):
         if bulk_enqueue.usable(conn):
             # PostgreSQL: COPY into a staging table, one INSERT … SELECT with its journal.
             return bulk_enqueue.copy_enqueue(conn, jobs, replace_pending=replace_pending)
-        values = [
-            {
-                "key": job.key,
-                "key_tuple": job.key_tuple,
-                "campaign": job.campaign,
-                "step": job.step,
-                "occurrence_at": job.occurrence_at,
-                "channel": job.channel,
-                "sender": job.sender,
-                "recipient": job.recipient,
-                "mailbox": job.mailbox_identity,
-                "message_id": job.message_id,
-                "payload": job.payload,
-                "payload_hash": payload_hash(job.payload),
-                "state": T.ENQUEUE.target.value,
-                "not_before": job.not_before,
-                "send_window": job.send_window,
-                "list_scope": job.list_scope,
-                "claims": 0,
-                "max_claims": job.max_claims,
-                "send_attempts": 0,
-                "max_send_attempts": job.max_send_attempts,
-                "lease_token": 0,
-                "in_doubt_policy": job.in_doubt_policy,
-            }
-            for job in jobs
-        ]
-        # executemany: one cached compile, batched by SQLAlchemy's "insertmanyvalues" into
-        # multi-row INSERT … RETURNING statements (instead of compiling 19 × N bind params).
-        # No conflict target: both UNIQUE indexes (key, and campaign/step/occurrence/mailbox)
-        # make a row a no-op, whichever one it hits.
-        stmt = self.forms.insert(send_job).on_conflict_do_nothing().returning(J.id)
-        inserted = [row.id for row in conn.execute(stmt, values)]
-        if replace_pending and len(inserted) < len(values):
+        # Keys first (executemany, batched by SQLAlchemy's "insertmanyvalues" into multi-row
+        # INSERT … RETURNING statements). No conflict target: both UNIQUE indexes of send_key
+        # (key, and campaign/step/occurrence/mailbox) make a row a no-op, whichever one it hits,
+        # and rows go in in the batch's order, so the first of several spellings of one mailbox
+        # keeps the job. A job is created only for a key inserted here.
+        inserted_keys = conn.execute(
+            self.forms.insert(send_key).on_conflict_do_nothing().returning(send_key.c.key),
+            [
+                {
+                    "key": job.key,
+                    "job_id": None,
+                    "campaign": job.campaign,
+                    "step": job.step,
+                    "occurrence_at": job.occurrence_at,
+                    "mailbox": job.mailbox_identity,
+                }
+                for job in jobs
+            ],
+        )
+        keyed = {row.key for row in inserted_keys}
+        chosen: list[NewJob] = []
+        for job in jobs:
+            if job.key in keyed:
+                keyed.discard(job.key)  # a key listed twice: its first job only
+                chosen.append(job)
+        created: list[tuple[int, str]] = []
+        if chosen:
+            stmt = sa.insert(send_job).returning(J.id, J.key, sort_by_parameter_order=True)
+            created = [(row.id, row.key) for row in conn.execute(stmt, job_rows(chosen))]
+            conn.execute(
+                sa.update(send_key)
+                .where(send_key.c.key == sa.bindparam("b_key"))
+                .values(job_id=sa.bindparam("b_id")),
+                [{"b_key": key, "b_id": job_id} for job_id, key in created],
+            )
+        if replace_pending and len(created) < len(jobs):
             bulk_enqueue.replace_each(conn, jobs)
-        journal(conn, T.ENQUEUE, [(job_id, 0, None) for job_id in inserted], "scheduler")
-        return len(inserted)
+        journal(conn, T.ENQUEUE, [(job_id, 0, None) for job_id, _ in created], "scheduler")
+        return len(created)
 
     @performs(T.CLAIM)
     def claim(
@@ -183,7 +217,7 @@ class ClaimOps(SqlBase):
             for source in in_order(T.WITHDRAWN.sources):
                 stmt = (
                     sa.update(send_job)
-                    .where(J.key.in_(chunk), guard(T.WITHDRAWN, source))
+                    .where(with_keys(chunk), guard(T.WITHDRAWN, source))
                     .values(
                         state=T.WITHDRAWN.target.value,
                         lease_owner=None,

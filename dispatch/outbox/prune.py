@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from dbtypes import utc
 from dispatch.models import send_event, send_job
 from dispatch.outbox.base import SqlBase
+from dispatch.outbox.keyed import with_keys
 from dispatch.outbox.sqlcore import J
 from dispatch.states import TERMINAL, State
 
@@ -172,6 +173,6 @@ class PruneOps(SqlBase):
         for start in range(0, len(keys), CHUNK):
             chunk = list(keys[start : start + CHUNK])
             found += conn.execute(
-                sa.select(J.key).where(J.key.in_(chunk), payload_pruned())
+                sa.select(J.key).where(with_keys(chunk), payload_pruned())
             ).scalars()
         return found

@@ -19,6 +19,7 @@ from dbtypes import db_now, utc
 from dispatch.models import GLOBAL_SCOPE, send_event, send_job, suppression
 from dispatch.outbox.gate import CampaignGate
 from dispatch.outbox.jobs import Deferral, Lease
+from dispatch.outbox.keyed import with_keys
 from dispatch.states import State, Transition
 
 J = send_job.c
@@ -221,7 +222,7 @@ def selection(keys: Sequence[str] | None, campaign: str | None) -> list[sa.Colum
     """The operator's selection: these keys, this campaign, or both."""
     clauses: list[sa.ColumnElement[bool]] = []
     if keys is not None:
-        clauses.append(J.key.in_(list(keys)))
+        clauses.append(with_keys(keys))
     if campaign is not None:
         clauses.append(J.campaign == campaign)
     return clauses

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from dbtypes import db_now
 from dispatch.models import send_job
 from dispatch.outbox.jobs import NewJob, payload_hash
+from dispatch.outbox.keyed import with_keys
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, JournalRow, guard, journal, journal_each, returned
 from dispatch.states import State, T, performs
@@ -216,7 +217,7 @@ def superseded_keys(conn: sa.Connection, keys: Sequence[str]) -> dict[str, str]:
     for start in range(0, len(keys), CHUNK):
         rows = conn.execute(
             sa.select(J.key, J.campaign).where(
-                J.key.in_(list(keys[start : start + CHUNK])), J.superseded_at.is_not(None)
+                with_keys(keys[start : start + CHUNK]), J.superseded_at.is_not(None)
             )
         )
         found.update({r.key: r.campaign for r in rows})

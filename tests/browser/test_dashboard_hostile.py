@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from playwright.sync_api import Dialog, Page, expect
 
 from campaigns.models import campaign_table
-from dispatch.models import send_job
+from dispatch.models import send_job, send_key
 from herald.db import create_engine
 from tests.browser.pages import log_in
 from tests.browser.world import SETTINGS, World
@@ -53,6 +53,7 @@ def hostile_world(tmp_path: Path, db_url: str) -> Iterator[World]:
     with engine.begin() as conn:
         conn.execute(sa.update(campaign_table).values(name=NAME))
         conn.execute(sa.update(send_job).values(campaign=NAME, step=STEP))
+        conn.execute(sa.update(send_key).values(campaign=NAME, step=STEP))  # the job's identity
     try:
         with herald_serve(db_url, SETTINGS) as served:
             yield World(engine.dialect.name, db_url, engine, served, tmp_path, [], [])

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatch.models import send_event, send_job
+from dispatch.models import send_event, send_job, send_key
 from dispatch.outbox import NewJob, bulk_enqueue
 from dispatch.store import OutboxStore
 from herald.db import create_engine
@@ -196,6 +196,7 @@ def test_copy_enqueue_twice_in_one_transaction_and_again_after_commit(pg_engine:
         with pg_engine.begin() as conn:
             conn.execute(sa.delete(send_event))
             conn.execute(sa.delete(send_job))
+            conn.execute(sa.delete(send_key))
 
 
 def _fresh(key: str, mailbox: str) -> NewJob:
@@ -246,3 +247,4 @@ def test_new_keys_go_in_without_on_conflict_and_a_taken_one_falls_back(
         with pg_engine.begin() as conn:
             conn.execute(sa.delete(send_event))
             conn.execute(sa.delete(send_job))
+            conn.execute(sa.delete(send_key))

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Engine
 from dispatch import commit_requests, rate_gate, relay_requests
 from dispatch.commit_requests import Heartbeat, OutboxRequest
 from dispatch.committer import GroupCommitter
-from dispatch.models import send_event, send_job
+from dispatch.models import send_event, send_job, send_key
 from dispatch.outbox_client import OutboxClient
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
@@ -211,6 +211,7 @@ def test_heartbeats_and_recovery_beside_batched_transitions_never_deadlock(
     with pg.begin() as conn:  # hypothesis runs every example in the same database
         conn.execute(sa.delete(send_event))
         conn.execute(sa.delete(send_job))
+        conn.execute(sa.delete(send_key))
     enqueue(pg, 300)
     committer = committer_for(pg)
     overlaps = Overlaps(committer)

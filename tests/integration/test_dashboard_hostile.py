@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 from campaigns.models import campaign_table
-from dispatch.models import send_job, suppression
+from dispatch.models import send_job, send_key, suppression
 from dispatch.states import State
 from tests.support.dashboard_client import DashClient
 from tests.support.dashboard_setup import PASSWORD, dashboard_app, keys, launched, set_state
@@ -78,6 +78,9 @@ def plant(engine: Engine, name: str, step: str, address: str, text: str) -> list
             .where(send_job.c.key.in_(chosen))
             .values(step=step, recipient=address, payload=message(text, text))
         )
+        # The jobs' identity as enqueue writes it (send_key mirrors send_job's).
+        conn.execute(sa.update(send_key).values(campaign=name))
+        conn.execute(sa.update(send_key).where(send_key.c.key.in_(chosen)).values(step=step))
         conn.execute(
             sa.insert(suppression).values(
                 address=address, scope="global", reason=text, source="manual"

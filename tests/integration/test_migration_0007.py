@@ -15,6 +15,7 @@ from dispatch.store import NewJob, OutboxStore
 from tests.integration.test_migration_0003 import bare_engine as bare_engine
 from tests.integration.test_migration_0003 import upgrade_to
 from tests.integration.test_migration_0006 import downgrade_to
+from tests.support.before_0009 import enqueue_before_0009
 from tests.support.outboxes import new_job
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -37,7 +38,7 @@ def test_0007_keeps_jobs_and_counts_and_makes_two_indexes_partial(bare_engine: E
     upgrade_to(bare_engine, "0006")
     store = OutboxStore(bare_engine.dialect.name)
     with bare_engine.begin() as conn:
-        assert store.enqueue(conn, [_job(i) for i in range(70)]) == 70
+        assert enqueue_before_0009(conn, [_job(i) for i in range(70)]) == 70
         # Every state, ten jobs each (raw SQL: the populated table an older Herald left).
         for n, state in enumerate(STATES):
             conn.execute(

@@ -11,6 +11,7 @@ from tests.integration.test_migration_0003 import bare_engine as bare_engine
 from tests.integration.test_migration_0003 import upgrade_to
 from tests.integration.test_migration_0006 import downgrade_to
 from tests.integration.test_migration_0007 import _job
+from tests.support.before_0009 import enqueue_before_0009
 
 
 def _indexes(conn: sa.Connection) -> set[str]:
@@ -21,7 +22,7 @@ def test_0008_adds_the_exhausted_index_and_keeps_every_job(bare_engine: Engine) 
     upgrade_to(bare_engine, "0007")
     store = OutboxStore(bare_engine.dialect.name)
     with bare_engine.begin() as conn:
-        assert store.enqueue(conn, [_job(i) for i in range(20)]) == 20
+        assert enqueue_before_0009(conn, [_job(i) for i in range(20)]) == 20
         conn.execute(
             sa.text("UPDATE send_job SET send_attempts = max_send_attempts WHERE id % 4 = 0")
         )

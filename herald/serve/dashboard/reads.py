@@ -10,7 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from campaigns.models import campaign_table
-from dispatch.models import send_event, send_job
+from dispatch.models import send_event, send_job, send_key
+from dispatch.outbox.keyed import K, job_of
 from dispatch.states import State
 from herald.app.status_timing import stored_spec
 
@@ -150,7 +151,9 @@ def stored_jobs(
                 J.message_id,
                 J.payload,
             )
-            .where(J.campaign == campaign, J.step == step, who)
+            # By send_key's (campaign, step, …) index: send_job has none on those columns.
+            .join(send_key, K.job_id == J.id)
+            .where(K.campaign == campaign, K.step == step, who)
             .order_by(J.occurrence_at.desc(), J.id.desc())
             .limit(20)
         )
@@ -159,5 +162,5 @@ def stored_jobs(
 
 def job_by_key(conn: sa.Connection, key: str) -> Any:
     return conn.execute(
-        sa.select(J.key, J.campaign, J.step, J.recipient).where(J.key == key)
+        sa.select(J.key, J.campaign, J.step, J.recipient).where(J.id == job_of(key))
     ).first()
