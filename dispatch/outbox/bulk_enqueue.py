@@ -54,7 +54,9 @@ from dispatch.states import State, T
 
 J = send_job.c
 
-STAGE: Final = "herald_enqueue_stage"
+# Renamed with migration 0009 (the ``id`` column): a transaction pooler's server session may
+# still hold an older Herald's staging table, under the old name.
+STAGE: Final = "herald_enqueue_stage_keyed"
 
 # (column, PostgreSQL type) of the staging table, in COPY order; ``seq`` is the batch order.
 _STAGED: Final = (
@@ -86,6 +88,9 @@ _CREATE: Final = (
     f"DO $$ BEGIN IF to_regclass('pg_temp.{STAGE}') IS NULL THEN "
     f"CREATE TEMP TABLE {STAGE} ("
     + ", ".join(f"{name} {type_}" for name, type_ in _STAGED)
+    # Each staged row's job id, drawn as COPY writes it (so in the batch's order): a row that
+    # turns out to exist burns its id, as a conflicting insert into a BIGSERIAL column does.
+    + ", id bigint NOT NULL DEFAULT nextval('send_job_id_seq')"
     + ") ON COMMIT DELETE ROWS; END IF; END $$"
 )
 _EMPTY: Final = f"DELETE FROM {STAGE}"  # noqa: S608
@@ -107,20 +112,19 @@ _KEYED: Final = ("key", "campaign", "step", "occurrence_at", "mailbox")
 # Built from this module's constants only (no value is ever spliced in): S608 does not apply.
 def _insert(on_conflict: str) -> str:
     """Keys first: a job is created only for a send_key row this statement inserted, so the
-    two unique indexes of send_key decide what exists, as send_job's own did before 0009.
-    ``nextval`` is evaluated after the ORDER BY (PostgreSQL postpones volatile output columns
-    past the sort), so ids follow the batch's order and, of several rows for one key or one
-    mailbox, the first in the batch gets the job. A key staged twice is inserted once; the
-    job takes the first of its rows (DISTINCT ON … seq)."""
+    two unique indexes of send_key decide what exists, as send_job's own did before 0009. Rows
+    go in in the batch's order (``ORDER BY seq``): of several rows for one key or one mailbox,
+    the first gets the job. The jobs are joined to the keys inserted by the id each staged
+    row drew, which is unique even where a key is staged twice."""
     return (
         "WITH keyed AS (INSERT INTO send_key (job_id, "  # noqa: S608
         f"{', '.join(_KEYED)}) "
-        f"SELECT nextval('send_job_id_seq'), {', '.join(_KEYED)} FROM {STAGE} ORDER BY seq "
-        f"{on_conflict}RETURNING key, job_id), "
+        f"SELECT id, {', '.join(_KEYED)} FROM {STAGE} ORDER BY seq "
+        f"{on_conflict}RETURNING job_id), "
         f"new AS (INSERT INTO send_job (id, {', '.join(_COPIED + tuple(_START))}) "
-        f"SELECT DISTINCT ON (s.key) k.job_id, "
+        f"SELECT s.id, "
         f"{', '.join(tuple(f's.{c}' for c in _COPIED) + tuple(_START.values()))} "
-        f"FROM {STAGE} AS s JOIN keyed AS k ON k.key = s.key ORDER BY s.key, s.seq "
+        f"FROM {STAGE} AS s JOIN keyed AS k ON k.job_id = s.id "
         "RETURNING id), "
         "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, "
         "detail) "

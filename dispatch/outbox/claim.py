@@ -20,7 +20,7 @@ from dispatch.outbox.jobs import (
     claimed_job,
     payload_hash,
 )
-from dispatch.outbox.keyed import with_keys
+from dispatch.outbox.keyed import K, with_keys
 from dispatch.outbox.send import in_order
 from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
 from dispatch.states import LEASED, T, performs
@@ -108,8 +108,9 @@ class ClaimOps(SqlBase):
         # (key, and campaign/step/occurrence/mailbox) make a row a no-op, whichever one it hits,
         # and rows go in in the batch's order, so the first of several spellings of one mailbox
         # keeps the job. A job is created only for a key inserted here.
-        inserted_keys = conn.execute(
-            self.forms.insert(send_key).on_conflict_do_nothing().returning(send_key.c.key),
+        identity = (K.key, K.campaign, K.step, K.occurrence_at, K.mailbox)
+        inserted = conn.execute(
+            self.forms.insert(send_key).on_conflict_do_nothing().returning(*identity),
             [
                 {
                     "key": job.key,
@@ -122,11 +123,15 @@ class ClaimOps(SqlBase):
                 for job in jobs
             ],
         )
-        keyed = {row.key for row in inserted_keys}
+        # Which of the batch's rows went in: the first with the returned identity. An earlier
+        # row with the same key may have been refused for its mailbox (a later, identical row
+        # meets every conflict an earlier one met, so the first match is the inserted one).
+        keyed = {tuple(row) for row in inserted}
         chosen: list[NewJob] = []
         for job in jobs:
-            if job.key in keyed:
-                keyed.discard(job.key)  # a key listed twice: its first job only
+            identity_of = (job.key, job.campaign, job.step, job.occurrence_at, job.mailbox_identity)
+            if identity_of in keyed:
+                keyed.discard(identity_of)
                 chosen.append(job)
         created: list[tuple[int, str]] = []
         if chosen:

@@ -9,6 +9,7 @@ without ``replace_pending`` - both must leave the same send_job rows and the sam
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
@@ -147,6 +148,14 @@ def _job(payload: bytes, after: int) -> NewJob:
     taken=set(),
     batch=[_job(b"two", 1), _job(b"one", 2)],
     replace_pending=True,
+)
+# A key first refused for its mailbox (another key holds it), then staged again with a free
+# mailbox: the later row gets the job (send_key decides; a job follows the row that went in).
+@example(
+    before=[replace(_job(b"x", 0), key="k1")],
+    taken=set(),
+    batch=[_job(b"a", 0), replace(_job(b"b", 0), mailbox="m1"), _job(b"c", 0)],
+    replace_pending=False,
 )
 def test_copy_enqueue_leaves_exactly_the_rows_and_journal_of_the_portable_insert(
     pg_engine: Engine,
