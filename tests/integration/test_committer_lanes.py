@@ -389,3 +389,66 @@ def test_which_requests_run_alone() -> None:
         "t4_slot",
         "rate_limited",
     }
+
+
+class Batches:
+    """The sizes of a committer's transactions, and whether each held an exclusive request."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self.seen: list[tuple[int, bool]] = []
+        original = committer._transaction
+
+        def recorded(batch: list[Any]) -> list[Any]:
+            self.seen.append((len(batch), any(p.request.exclusive for p in batch)))
+            result: list[Any] = original(batch)
+            return result
+
+        committer._transaction = recorded  # type: ignore[method-assign]
+
+
+async def _both_lanes_waiting(committer: GroupCommitter) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while committer._idle < committer.lanes:
+        assert time.monotonic() < deadline, "a lane never went back to waiting"
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize(
+    ("starts", "with_heartbeat", "expected"),
+    [
+        (100, False, [(50, False), (50, False)]),  # a wave: shared with the waiting lane
+        (10, False, [(10, False)]),  # SMTP-paced sends: one transaction
+        (100, True, [(101, True)]),  # an exclusive request runs alone, so its batch is whole
+    ],
+)
+def test_a_large_batch_is_shared_with_a_waiting_lane(
+    pg: Engine, starts: int, with_heartbeat: bool, expected: list[tuple[int, bool]]
+) -> None:
+    """A drain's requests come in waves (every claimed job's T4 in one turn of the loop): one
+    lane taking them all left the other idle. Half goes back to the queue for it; every request
+    is still answered from its own committed transaction."""
+    enqueue(pg, starts)
+    committer = committer_for(pg)
+
+    async def main() -> list[datetime | None]:
+        client = OutboxClient(committer)
+        committer.start()
+        try:
+            jobs = await client.claim(starts)
+            assert len(jobs) == starts
+            await _both_lanes_waiting(committer)
+            batches.seen.clear()
+            sends = [client.start_send(job.lease) for job in jobs]
+            if with_heartbeat:
+                sends.append(client.heartbeat([jobs[0].lease]))  # type: ignore[arg-type]
+            return list(await asyncio.wait_for(asyncio.gather(*sends), DEADLINE))
+        finally:
+            await asyncio.to_thread(committer.stop)
+
+    batches = Batches(committer)
+    started = asyncio.run(main())
+    assert sorted(batches.seen) == sorted(expected)
+    assert all(isinstance(at, datetime) for at in started[:starts])  # each T4 committed
+    with pg.connect() as conn:
+        states = conn.execute(sa.select(send_job.c.state)).scalars().all()
+    assert states == [State.SENDING.value] * starts
