@@ -116,15 +116,19 @@ def _insert(on_conflict: str) -> str:
     go in in the batch's order (``ORDER BY seq``): of several rows for one key or one mailbox,
     the first gets the job. The jobs are joined to the keys inserted by the id each staged
     row drew, which is unique even where a key is staged twice."""
+    # Without ON CONFLICT every staged row's key goes in or the statement fails (and the
+    # savepoint is rolled back): order does not matter, and every staged row gets its job,
+    # with no join.
+    joined = "JOIN keyed AS k ON k.job_id = s.id " if on_conflict else ""
     return (
         "WITH keyed AS (INSERT INTO send_key (job_id, "  # noqa: S608
         f"{', '.join(_KEYED)}) "
-        f"SELECT id, {', '.join(_KEYED)} FROM {STAGE} ORDER BY seq "
-        f"{on_conflict}RETURNING job_id), "
+        f"SELECT id, {', '.join(_KEYED)} FROM {STAGE} {'ORDER BY seq ' if on_conflict else ''}"
+        f"{on_conflict}{'RETURNING job_id' if on_conflict else ''}), "
         f"new AS (INSERT INTO send_job (id, {', '.join(_COPIED + tuple(_START))}) "
         f"SELECT s.id, "
         f"{', '.join(tuple(f's.{c}' for c in _COPIED) + tuple(_START.values()))} "
-        f"FROM {STAGE} AS s JOIN keyed AS k ON k.job_id = s.id "
+        f"FROM {STAGE} AS s {joined}"
         "RETURNING id), "
         "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, "
         "detail) "
