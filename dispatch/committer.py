@@ -22,10 +22,7 @@ round trip) per commit; after a pause or a failed transaction it takes a fresh o
 Lanes. On PostgreSQL two database threads ("lanes"), each with its own connection, take batches
 from the same queue: while one lane's transaction is in the server, the other builds and sends
 the next, so the server's work overlaps the worker's Python instead of alternating with it.
-SQLite has one writer: one lane. A drain's requests come in waves (every job a claim returned
-starts in the same turn of the loop), so a lane that takes a large list while the other waits
-hands half of it back to the queue (``_share``): the two transactions run side by side.
-Two lanes never deadlock on each other, because:
+SQLite has one writer: one lane. Two lanes never deadlock on each other, because:
 
 - an ordinary request (T4, T4 with its rate slots, outcomes, settle, claim, reads) locks only
   rows of jobs whose request it is, and a job has one request in flight at a time (its T5 is
@@ -65,7 +62,6 @@ from dispatch.store import OutboxStore
 R = TypeVar("R")
 
 MAX_BATCH = 2000  # requests per transaction; bounds statement size and lock time
-SHARE_AT = 64  # requests: a batch this large is shared with a waiting lane (``_share``)
 # Database threads on PostgreSQL (measured: bench/README.md, "Where the time goes").
 POSTGRES_LANES = 2
 # A connection idle this long goes back to the pool; the next transaction checks one out again
@@ -170,8 +166,6 @@ class GroupCommitter:
             for i in range(lanes)
         ]
         self._turns = _Turns() if lanes > 1 else None
-        self._idle = 0  # lanes waiting for work (``_share``)
-        self._idle_lock = threading.Lock()
         self._lane = _Lane()
         # Requests made during the current turn of each event loop, not yet handed over.
         self._outgoing: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
@@ -219,11 +213,7 @@ class GroupCommitter:
                 batch, carried = carried, []
                 stop = False
             else:
-                with self._idle_lock:
-                    self._idle += 1
                 first = self._queue.get()
-                with self._idle_lock:
-                    self._idle -= 1
                 if first is None:
                     return
                 batch, stop = first, False
@@ -238,30 +228,12 @@ class GroupCommitter:
                 batch.extend(item)  # each list is the database thread's once queued
             if len(batch) > MAX_BATCH:
                 batch, carried = batch[:MAX_BATCH], batch[MAX_BATCH:]
-            batch = self._share(batch)
             self._execute(batch)
             if stop:
                 while carried:
                     batch, carried = carried[:MAX_BATCH], carried[MAX_BATCH:]
                     self._execute(batch)
                 return
-
-    def _share(self, batch: list[_Pending]) -> list[_Pending]:
-        """Half of a large batch for a lane that waits: the rest goes back to the queue.
-
-        A drain's jobs move in waves (a claim's jobs all start, then all finish), so each
-        wave's requests arrive as one list; taken whole by one lane, the other lane waits for
-        the next wave and the two never overlap. Split, both halves run side by side. Small
-        batches (sends at SMTP pace) stay whole: there a second transaction costs more than it
-        saves. A batch with an exclusive request stays whole too: it must run alone anyway.
-        """
-        if len(batch) < SHARE_AT or not self._idle:
-            return batch
-        if any(pending.request.exclusive for pending in batch):
-            return batch
-        half = len(batch) // 2
-        self._queue.put(batch[half:])
-        return batch[:half]
 
     def _execute(self, batch: list[_Pending]) -> None:
         try:
