@@ -148,7 +148,8 @@ send_key = sa.Table(
     "send_key",
     metadata,
     sa.Column("key", sa.String(64), primary_key=True),
-    # The job's id; NULL only inside the enqueue's own transaction on SQLite (set before commit).
+    # The job's id. The portable enqueue (ClaimOps.enqueue) writes a negative placeholder
+    # first and the id before its transaction ends: a committed row holds the id.
     sa.Column("job_id", sa.BigInteger, nullable=True),
     sa.Column("campaign", sa.String(128), nullable=False),
     sa.Column("step", sa.String(64), nullable=False),

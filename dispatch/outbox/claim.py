@@ -107,32 +107,24 @@ class ClaimOps(SqlBase):
         # INSERT … RETURNING statements). No conflict target: both UNIQUE indexes of send_key
         # (key, and campaign/step/occurrence/mailbox) make a row a no-op, whichever one it hits,
         # and rows go in in the batch's order, so the first of several spellings of one mailbox
-        # keeps the job. A job is created only for a key inserted here.
-        identity = (K.key, K.campaign, K.step, K.occurrence_at, K.mailbox)
+        # keeps the job. A job is created only for a key inserted here. Until the job exists,
+        # its key row holds -(position in the batch + 1) as its job id: RETURNING says which
+        # rows went in without comparing any value a round trip may have rounded.
         inserted = conn.execute(
-            self.forms.insert(send_key).on_conflict_do_nothing().returning(*identity),
+            self.forms.insert(send_key).on_conflict_do_nothing().returning(K.job_id),
             [
                 {
                     "key": job.key,
-                    "job_id": None,
+                    "job_id": -(position + 1),
                     "campaign": job.campaign,
                     "step": job.step,
                     "occurrence_at": job.occurrence_at,
                     "mailbox": job.mailbox_identity,
                 }
-                for job in jobs
+                for position, job in enumerate(jobs)
             ],
         )
-        # Which of the batch's rows went in: the first with the returned identity. An earlier
-        # row with the same key may have been refused for its mailbox (a later, identical row
-        # meets every conflict an earlier one met, so the first match is the inserted one).
-        keyed = {tuple(row) for row in inserted}
-        chosen: list[NewJob] = []
-        for job in jobs:
-            identity_of = (job.key, job.campaign, job.step, job.occurrence_at, job.mailbox_identity)
-            if identity_of in keyed:
-                keyed.discard(identity_of)
-                chosen.append(job)
+        chosen = [jobs[-placeholder - 1] for placeholder in sorted(inserted.scalars(), reverse=True)]
         created: list[tuple[int, str]] = []
         if chosen:
             stmt = sa.insert(send_job).returning(J.id, J.key, sort_by_parameter_order=True)
