@@ -124,7 +124,8 @@ class ClaimOps(SqlBase):
                 for position, job in enumerate(jobs)
             ],
         )
-        chosen = [jobs[-placeholder - 1] for placeholder in sorted(inserted.scalars(), reverse=True)]
+        positions = sorted(-placeholder - 1 for placeholder in inserted.scalars())
+        chosen = [jobs[position] for position in positions]
         created: list[tuple[int, str]] = []
         if chosen:
             stmt = sa.insert(send_job).returning(J.id, J.key, sort_by_parameter_order=True)
