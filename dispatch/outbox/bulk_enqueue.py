@@ -7,8 +7,9 @@ PostgreSQL. Here the batch is streamed with binary ``COPY`` into a temporary sta
 one statement moves it into ``send_job`` and writes the journal:
 
     WITH keyed AS (INSERT INTO send_key … SELECT … FROM stage ORDER BY seq
-                   ON CONFLICT DO NOTHING RETURNING key, job_id),
-         new AS (INSERT INTO send_job … SELECT … FROM stage JOIN keyed … RETURNING id)
+                   ON CONFLICT DO NOTHING RETURNING job_id),
+         new AS (INSERT INTO send_job … SELECT … FROM stage JOIN keyed ON job_id = id
+                 RETURNING id)
     INSERT INTO send_event … SELECT … FROM new
 
 The semantics are the portable path's, statement for statement:
@@ -110,26 +111,27 @@ _KEYED: Final = ("key", "campaign", "step", "occurrence_at", "mailbox")
 
 
 # Built from this module's constants only (no value is ever spliced in): S608 does not apply.
-def _insert(on_conflict: str) -> str:
+def _insert(*, on_conflict: bool) -> str:
     """Keys first: a job is created only for a send_key row this statement inserted, so the
-    two unique indexes of send_key decide what exists, as send_job's own did before 0009. Rows
-    go in in the batch's order (``ORDER BY seq``): of several rows for one key or one mailbox,
-    the first gets the job. The jobs are joined to the keys inserted by the id each staged
-    row drew, which is unique even where a key is staged twice."""
-    # Without ON CONFLICT every staged row's key goes in or the statement fails (and the
-    # savepoint is rolled back): order does not matter, and every staged row gets its job,
-    # with no join.
-    joined = "JOIN keyed AS k ON k.job_id = s.id " if on_conflict else ""
+    two unique indexes of send_key decide what exists, as send_job's own did before 0009.
+
+    With ``on_conflict``, rows go in in the batch's order (``ORDER BY seq``): of several rows
+    for one key or one mailbox, the first gets the job, joined to its key by the id the staged
+    row drew (unique even where a key is staged twice). Without, every staged key goes in or
+    the statement fails (and the savepoint is rolled back): no order and no join are needed.
+    """
+    if on_conflict:
+        keys = f"FROM {STAGE} ORDER BY seq ON CONFLICT DO NOTHING RETURNING job_id"
+        jobs = f"FROM {STAGE} AS s JOIN keyed AS k ON k.job_id = s.id"
+    else:
+        keys = f"FROM {STAGE}"
+        jobs = f"FROM {STAGE} AS s"
+    copied = ", ".join(tuple(f"s.{c}" for c in _COPIED) + tuple(_START.values()))
     return (
-        "WITH keyed AS (INSERT INTO send_key (job_id, "  # noqa: S608
-        f"{', '.join(_KEYED)}) "
-        f"SELECT id, {', '.join(_KEYED)} FROM {STAGE} {'ORDER BY seq ' if on_conflict else ''}"
-        f"{on_conflict}{'RETURNING job_id' if on_conflict else ''}), "
+        f"WITH keyed AS (INSERT INTO send_key (job_id, {', '.join(_KEYED)}) "  # noqa: S608
+        f"SELECT id, {', '.join(_KEYED)} {keys}), "
         f"new AS (INSERT INTO send_job (id, {', '.join(_COPIED + tuple(_START))}) "
-        f"SELECT s.id, "
-        f"{', '.join(tuple(f's.{c}' for c in _COPIED) + tuple(_START.values()))} "
-        f"FROM {STAGE} AS s {joined}"
-        "RETURNING id), "
+        f"SELECT s.id, {copied} {jobs} RETURNING id), "
         "events AS (INSERT INTO send_event (job_id, token, from_state, to_state, at, actor, "
         "detail) "
         f"SELECT id, 0, NULL, '{T.ENQUEUE.target.value}', now(), 'scheduler', NULL "
@@ -138,8 +140,8 @@ def _insert(on_conflict: str) -> str:
     )
 
 
-_INSERT: Final = _insert("ON CONFLICT DO NOTHING ")
-_INSERT_NEW: Final = _insert("")  # every key new, or a unique violation
+_INSERT: Final = _insert(on_conflict=True)
+_INSERT_NEW: Final = _insert(on_conflict=False)  # every key new, or a unique violation
 _UNIQUE_VIOLATION: Final = "23505"  # SQLSTATE
 _SAVEPOINT: Final = "herald_enqueue_new"
 # A job is found by its key through send_key (send_job has no index on it since 0009).

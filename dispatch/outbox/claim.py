@@ -132,7 +132,7 @@ class ClaimOps(SqlBase):
             created = [(row.id, row.key) for row in conn.execute(stmt, job_rows(chosen))]
             conn.execute(
                 sa.update(send_key)
-                .where(send_key.c.key == sa.bindparam("b_key"))
+                .where(K.key == sa.bindparam("b_key"))
                 .values(job_id=sa.bindparam("b_id")),
                 [{"b_key": key, "b_id": job_id} for job_id, key in created],
             )

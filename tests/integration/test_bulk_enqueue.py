@@ -20,10 +20,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatch.models import send_event, send_job, send_key
+from dispatch.models import send_event, send_job
 from dispatch.outbox import NewJob, bulk_enqueue
 from dispatch.store import OutboxStore
 from herald.db import create_engine
+from tests.support.outboxes import empty_outbox
 
 AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -169,25 +170,27 @@ def test_copy_enqueue_leaves_exactly_the_rows_and_journal_of_the_portable_insert
     assert copied == portable
 
 
+def _fresh(key: str, mailbox: str, campaign: str = "optimistic") -> NewJob:
+    return NewJob(
+        key=key,
+        key_tuple=key,
+        campaign=campaign,
+        step="s",
+        occurrence_at=AT,
+        channel="email",
+        sender="from@x.test",
+        recipient=f"{mailbox}@x.test",
+        message_id=f"<{key}@x.test>",
+        payload=b"p",
+        not_before=AT,
+        mailbox=mailbox,
+    )
+
+
 def test_copy_enqueue_twice_in_one_transaction_and_again_after_commit(pg_engine: Engine) -> None:
     """The staging table is emptied after each batch (a new version enqueues many batches in
     one transaction) and at commit; nothing of one batch leaks into the next."""
-    jobs = [
-        NewJob(
-            key=f"t{i}",
-            key_tuple=f"t{i}",
-            campaign="twice",
-            step="s",
-            occurrence_at=AT,
-            channel="email",
-            sender="from@x.test",
-            recipient=f"r{i}@x.test",
-            message_id=f"<t{i}@x.test>",
-            payload=b"p",
-            not_before=AT,
-        )
-        for i in range(6)
-    ]
+    jobs = [_fresh(f"t{i}", f"r{i}", campaign="twice") for i in range(6)]
     store = OutboxStore("postgresql")
     try:
         with pg_engine.begin() as conn:
@@ -203,26 +206,7 @@ def test_copy_enqueue_twice_in_one_transaction_and_again_after_commit(pg_engine:
             assert conn.execute(events).scalar_one() == 6
     finally:
         with pg_engine.begin() as conn:
-            conn.execute(sa.delete(send_event))
-            conn.execute(sa.delete(send_job))
-            conn.execute(sa.delete(send_key))
-
-
-def _fresh(key: str, mailbox: str) -> NewJob:
-    return NewJob(
-        key=key,
-        key_tuple=key,
-        campaign="optimistic",
-        step="s",
-        occurrence_at=AT,
-        channel="email",
-        sender="from@x.test",
-        recipient=f"{mailbox}@x.test",
-        message_id=f"<{key}@x.test>",
-        payload=b"p",
-        not_before=AT,
-        mailbox=mailbox,
-    )
+            empty_outbox(conn)
 
 
 def test_new_keys_go_in_without_on_conflict_and_a_taken_one_falls_back(
@@ -254,6 +238,4 @@ def test_new_keys_go_in_without_on_conflict_and_a_taken_one_falls_back(
             assert conn.execute(journal).scalar_one() == 4
     finally:
         with pg_engine.begin() as conn:
-            conn.execute(sa.delete(send_event))
-            conn.execute(sa.delete(send_job))
-            conn.execute(sa.delete(send_key))
+            empty_outbox(conn)

@@ -24,13 +24,14 @@ from sqlalchemy.engine import Engine
 from dispatch import commit_requests, rate_gate, relay_requests
 from dispatch.commit_requests import Heartbeat, OutboxRequest
 from dispatch.committer import GroupCommitter
-from dispatch.models import send_event, send_job, send_key
+from dispatch.models import send_job
 from dispatch.outbox_client import OutboxClient
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
 from herald.db import create_engine
 from tests.conftest import fresh_database
 from tests.support.factories import key_of, new_job
+from tests.support.outboxes import empty_outbox
 
 PAST = datetime(2026, 1, 1, tzinfo=UTC)
 IN_FLIGHT = 40  # jobs between T4 and T5 at once in the stress test
@@ -209,9 +210,7 @@ def test_heartbeats_and_recovery_beside_batched_transitions_never_deadlock(
     once, each could hold a row the other waits for (PostgreSQL would abort one: 40P01). They
     never are: every batch commits, every job is sent once, the journal has each step once."""
     with pg.begin() as conn:  # hypothesis runs every example in the same database
-        conn.execute(sa.delete(send_event))
-        conn.execute(sa.delete(send_job))
-        conn.execute(sa.delete(send_key))
+        empty_outbox(conn)
     enqueue(pg, 300)
     committer = committer_for(pg)
     overlaps = Overlaps(committer)

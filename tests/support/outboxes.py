@@ -13,8 +13,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from campaigns.models import campaign_table
-from dispatch.models import send_event, send_job
+from dispatch.models import send_event, send_job, send_key
 from dispatch.outbox import MemoryOutbox, NewJob, SqlOutbox
+
+
+def empty_outbox(conn: sa.Connection) -> None:
+    """Delete every job, its journal and its key (tests that reuse one database between
+    examples: a key left in send_key would make its job exist already)."""
+    for table in (send_event, send_key, send_job):
+        conn.execute(sa.delete(table))
 
 
 class Harness(Protocol):
