@@ -91,10 +91,14 @@ def test_suppressed_during_a_live_send_nothing_reaches_the_mailbox(
         assert launched.returncode == 0, launched.stderr
         assert json.loads(launched.stdout)["new_jobs"] == PEOPLE + 2
 
+    # As many slots per worker as there are held jobs: a worker whose every slot is held at
+    # RCPT can hold no further one in its backlog (claimed, never started) until its lease ran
+    # out, which stalled the wait below for a lease and let recovery hand jobs back mid-test.
+    held_jobs = 2 * len(CAMPAIGNS)
     command = [
         str(HERALD), "worker", "--until-idle", "--json", "--database-url", db_url,
         "--smtp-url", f"smtp://{smtp_server.host}:{smtp_server.port}",
-        "--concurrency", "4", "--poll", "0.05", "--retry-base", "0.01",
+        "--concurrency", str(held_jobs), "--poll", "0.05", "--retry-base", "0.01",
     ]  # fmt: skip
     workers = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -102,14 +106,14 @@ def test_suppressed_during_a_live_send_nothing_reaches_the_mailbox(
     ]
     try:
         # Every job of both mailboxes is claimed and past RCPT: the workers are mid-send.
-        assert held.wait_held(2 * len(CAMPAIGNS), timeout=120), held.held
+        assert held.wait_held(held_jobs, timeout=120), held.held
         with engine.connect() as conn:
             mid_send = conn.execute(
                 sa.select(send_job.c.state, sa.func.count())
                 .where(send_job.c.mailbox.in_([READER, FAN]))
                 .group_by(send_job.c.state)
             ).all()
-        assert dict(mid_send) == {"claimed": 2 * len(CAMPAIGNS)}
+        assert dict(mid_send) == {"claimed": held_jobs}
 
         everywhere = run_herald(
             "suppress", "add", "rEaDeR@BÜCHER.Example", "--reason", "asked by phone",
