@@ -14,7 +14,7 @@ them from the spool instead of rendering every message a second time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -25,8 +25,10 @@ from campaigns.control import CampaignConflict
 from campaigns.errors import AudienceError
 from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignStore
+from dispatch.outbox import bulk_enqueue
 from dispatch.store import NewJob, OutboxStore
 from scheduler.compose import CompiledStep, compile_steps, compose_broadcast
+from scheduler.fanout_writer import BatchWriter, PipelinedWriter, SerialWriter, pipelined
 from scheduler.planning import Planner
 from scheduler.snapshot import (
     discard_unused_snapshot,
@@ -199,51 +201,71 @@ def _fan_out_step(
             progress(count)
         return skipped
     start = 0 if replace_pending else occurrence.cursor
-    position = skipped = 0  # flush() reads position, which the loop below binds
-    batch: list[NewJob] = []
 
-    def flush() -> None:
-        with engine.begin() as conn:
-            # A new version stored meanwhile owns this campaign's jobs now: adding ours would
-            # bring back content it removed (see scheduler.new_version).
-            stored = campaigns.spec_hash(conn, name, lock=True)
-            if stored is not None and stored != loaded.spec_hash:
-                raise CampaignConflict(
-                    f"campaign {name!r} changed while launching",
-                    hint="launch again: the stored definition decides",
-                )
-            created = outbox.enqueue(conn, batch, replace_pending=replace_pending)
-            occurrences.advance(conn, occurrence.id, position, created)
+    def check_version(conn: Connection) -> None:
+        # A new version stored meanwhile owns this campaign's jobs now: adding ours would
+        # bring back content it removed (see scheduler.new_version).
+        stored = campaigns.spec_hash(conn, name, lock=True)
+        if stored is not None and stored != loaded.spec_hash:
+            raise CampaignConflict(
+                f"campaign {name!r} changed while launching",
+                hint="launch again: the stored definition decides",
+            )
+
+    def enqueue(conn: Connection, jobs: Sequence[NewJob], position: int) -> int:
+        check_version(conn)
+        created = outbox.enqueue(conn, jobs, replace_pending=replace_pending)
+        occurrences.advance(conn, occurrence.id, position, created)
+        return created
+
+    def insert_staged(conn: Connection, jobs: Sequence[NewJob], position: int) -> int:
+        check_version(conn)
+        created = bulk_enqueue.insert_staged(conn, jobs)
+        occurrences.advance(conn, occurrence.id, position, created)
+        return created
+
+    def committed(count: int, created: int) -> None:
         result.new_jobs += created
-        result.existing_jobs += len(batch) - created
+        result.existing_jobs += count - created
         if progress is not None:
-            progress(len(batch))
-        batch.clear()
+            progress(count)
 
-    for position, entry in stream(step):
-        if entry is None:
-            skipped += 1
-            continue
-        if position <= start:
-            result.existing_jobs += 1
-            continue
-        if isinstance(entry, Recipient):
-            recipient = entry
-            try:
-                entry = compose_broadcast(
-                    loaded, planned.planner, planned.index, step, recipient, occurrence_at
-                )
-            except TemplateError as exc:
-                result.unrendered += 1
-                if len(result.problems) < MAX_PROBLEMS:
-                    where = f"{recipient.where} ({recipient.email})"
-                    result.problems.append(f"{where}: step {step.spec.id!r}: {exc}")
+    writer: BatchWriter = (
+        PipelinedWriter(engine, insert_staged, committed)
+        if pipelined(engine, replace_pending=replace_pending)
+        else SerialWriter(engine, enqueue, committed)
+    )
+    position = skipped = 0
+    batch: list[NewJob] = []
+    try:
+        for position, entry in stream(step):
+            if entry is None:
+                skipped += 1
                 continue
-        batch.append(entry)
-        if len(batch) >= batch_size:
-            flush()
-    if batch:
-        flush()
+            if position <= start:
+                result.existing_jobs += 1
+                continue
+            if isinstance(entry, Recipient):
+                recipient = entry
+                try:
+                    entry = compose_broadcast(
+                        loaded, planned.planner, planned.index, step, recipient, occurrence_at
+                    )
+                except TemplateError as exc:
+                    result.unrendered += 1
+                    if len(result.problems) < MAX_PROBLEMS:
+                        where = f"{recipient.where} ({recipient.email})"
+                        result.problems.append(f"{where}: step {step.spec.id!r}: {exc}")
+                    continue
+            batch.append(entry)
+            if len(batch) >= batch_size:
+                writer.write(batch, position)
+                batch = []
+        if batch:
+            writer.write(batch, position)
+        writer.finish()
+    finally:
+        writer.close()
     with engine.begin() as conn:
         occurrences.close(conn, occurrence.id)
     return skipped

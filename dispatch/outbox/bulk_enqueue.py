@@ -155,8 +155,8 @@ _REPLACE: Final = (
 )
 
 
-def usable(conn: sa.Connection) -> bool:
-    """Whether this connection can COPY: PostgreSQL through psycopg 3."""
+def usable(conn: sa.Connection | sa.Engine) -> bool:
+    """Whether this connection (or the engine's) can COPY: PostgreSQL through psycopg 3."""
     return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
 
 
@@ -170,18 +170,43 @@ def copy_enqueue(
     """
     if not jobs:
         return 0
-    # The raw driver's errors are not SQLAlchemy's: wrap them as SQLAlchemy would, so a database
-    # refusal here reaches the caller's error mapping like one from any other statement.
+    created: int = _wrapped(conn, _copy_enqueue, conn, jobs, replace_pending=replace_pending)
+    return created
+
+
+def _copy_enqueue(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool) -> int:
+    _stage(conn, jobs)
+    return _insert_staged(conn, jobs, replace_pending=replace_pending)
+
+
+def stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
+    """The first half of ``copy_enqueue``: ``jobs`` streamed into the session's staging table,
+    in the caller's transaction; each staged row draws its job id. Nothing is in the outbox
+    until ``insert_staged`` runs in the same transaction (the fan-out's pipeline stages the
+    next batch while the previous one is inserted: scheduler.fanout_pipeline)."""
+    _wrapped(conn, _stage, conn, jobs)
+
+
+def insert_staged(conn: sa.Connection, jobs: Sequence[NewJob]) -> int:
+    """The second half of ``copy_enqueue`` for the batch ``stage`` staged (``jobs``, the same
+    sequence): the new ones inserted and journalled (T1); returns how many were new."""
+    created: int = _wrapped(conn, _insert_staged, conn, jobs, replace_pending=False)
+    return created
+
+
+def _wrapped(conn: sa.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn`` with the raw driver's errors wrapped as SQLAlchemy would wrap them, so a database
+    refusal here reaches the caller's error mapping like one from any other statement."""
     dbapi_error = conn.dialect.loaded_dbapi.Error
     try:
-        return _copy_enqueue(conn, jobs, replace_pending=replace_pending)
+        return fn(*args, **kwargs)
     except dbapi_error as exc:
         raise sa.exc.DBAPIError.instance(
             "COPY enqueue", None, exc, dbapi_error, dialect=conn.dialect
         ) from exc
 
 
-def _copy_enqueue(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool) -> int:
+def _stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
     raw: Any = conn.connection.driver_connection
     with raw.cursor() as cursor:
         cursor.execute(_CREATE)
@@ -211,6 +236,11 @@ def _copy_enqueue(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pendin
                         job.in_doubt_policy,
                     )
                 )
+
+
+def _insert_staged(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool) -> int:
+    raw: Any = conn.connection.driver_connection
+    with raw.cursor() as cursor:
         created = None if replace_pending else _insert_new(conn, cursor)
         if created is None:
             cursor.execute(_INSERT)

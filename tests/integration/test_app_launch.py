@@ -4,7 +4,8 @@ the spool gives back exactly the jobs it was given."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,33 @@ def test_fan_out_refuses_an_incomplete_spool(engine: Engine, tmp_path: Path) -> 
         pytest.raises(ValueError, match="incomplete spool"),
     ):
         scheduler.fanout.materialise(engine, loaded, LAUNCH_AT, composed=spool)
+
+
+def test_a_version_stored_mid_fan_out_stops_it_after_the_committed_batches(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process stores a new version while the launch fans out: every batch checks the
+    stored definition in its own transaction, so the batches committed before stay (the cursor
+    says where), and the one behind them - staged already on PostgreSQL - leaves nothing."""
+    monkeypatch.setattr(scheduler.fanout, "BATCH_SIZE", 4)
+    monkeypatch.setattr(scheduler.fanout, "POSTGRES_BATCH_SIZE", 4)
+    path, _ = write_campaign(tmp_path / "c", recipients=RECIPIENTS)
+    told: list[int] = []
+
+    @contextmanager
+    def progress(label: str, _total: int | None) -> Iterator[Callable[[int], None] | None]:
+        def tick(jobs: int) -> None:
+            told.append(jobs)
+            if len(told) == 1:  # after the first committed batch
+                with engine.begin() as conn:
+                    conn.execute(sa.text("UPDATE campaign SET spec_hash = 'stored meanwhile'"))
+
+        yield tick if label == "enqueueing" else None
+
+    with pytest.raises(CampaignConflict, match="changed while launching"):
+        launch(engine, path, clock=clock, actor="test", progress=progress)
+    assert told == [4]
+    assert len(job_rows(engine)) == 4
+    with engine.connect() as conn:
+        cursor = conn.execute(sa.text("SELECT cursor, jobs_created FROM occurrence")).one()
+    assert tuple(cursor) == (4, 4)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,10 +13,10 @@ import pytest
 from sqlalchemy.engine import Connection, Engine
 
 from dispatch.keys import KeyTuple
-from dispatch.outbox import NewJob, SqlOutbox
 from herald.db import create_engine
 from scheduler import fanout
 from scheduler.passes import run_pass
+from scheduler.store import OccurrenceStore
 from tests.support.schedules import (
     fires,
     jobs,
@@ -147,18 +146,20 @@ def test_a_fan_out_resumed_after_a_crash_reads_the_occurrences_snapshot(
     path = weekly(tmp_path / "c", people=[f"p{i:03d}@example.com" for i in range(30)])
     launch_at(engine, path, REGISTERED)
     calls = 0
-    original = SqlOutbox.enqueue
+    original = OccurrenceStore.advance
 
-    def crash_after_first_batch(
-        self: SqlOutbox, conn: Connection, batch: Sequence[NewJob], **kw: bool
-    ) -> int:
+    # Inside each batch's transaction, after its jobs are inserted, whichever way the fan-out
+    # writes them (scheduler.fanout_writer): the second batch's transaction dies uncommitted.
+    def crash_in_second_batch(
+        self: OccurrenceStore, conn: Connection, occurrence_id: int, cursor: int, created: int
+    ) -> None:
         nonlocal calls
         calls += 1
         if calls > 1:
             raise Crash("the process dies here")
-        return original(self, conn, batch, **kw)
+        original(self, conn, occurrence_id, cursor, created)
 
-    monkeypatch.setattr(SqlOutbox, "enqueue", crash_after_first_batch)
+    monkeypatch.setattr(OccurrenceStore, "advance", crash_in_second_batch)
     with pytest.raises(Crash):
         run_pass(engine, now=MONDAYS[0], actor="test", batch_size=10)
     monkeypatch.undo()
