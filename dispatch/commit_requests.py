@@ -62,6 +62,10 @@ class OutboxRequest(ABC, Generic[R]):
     # or anyone's expired ones), so its transaction runs with no other lane in one: see
     # dispatch/committer.py, "Lanes". False: it touches only its own jobs' rows.
     exclusive: ClassVar[bool] = False
+    # True: a send holding one of the worker's slots (its relay connection) waits for it. With
+    # two lanes such requests get a transaction of their own (dispatch/committer.py, "Sends on
+    # the wire first").
+    urgent: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
@@ -99,6 +103,7 @@ class StartSend(OutboxRequest[datetime | None]):
     lease: Lease
     kind: ClassVar[str] = "t4"
     order: ClassVar[int] = 1
+    urgent: ClassVar[bool] = True
 
     @classmethod
     def apply(

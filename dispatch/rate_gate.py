@@ -86,6 +86,7 @@ class SlotThenStart(OutboxRequest[Slotted]):
     keys: tuple[str, ...]
     kind: ClassVar[str] = "t4_slot"
     order: ClassVar[int] = 1  # with the plain T4s: after the outcomes, before the claims
+    urgent: ClassVar[bool] = True  # like a plain T4: its send holds a slot meanwhile
 
     @classmethod
     def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[Slotted]:
