@@ -247,6 +247,7 @@ class GroupCommitter:
             else:
                 first = self._queue.get()
                 if first is None:
+                    self._serve_leftovers()
                     return
                 batch, stop, whole = first, False, isinstance(first, _Whole)
             while len(batch) < MAX_BATCH and not stop:
@@ -271,6 +272,26 @@ class GroupCommitter:
                     batch, carried = carried[:MAX_BATCH], carried[MAX_BATCH:]
                     self._execute(batch)
                 return
+
+    def _serve_leftovers(self) -> None:
+        """At this lane's stop: run what is still queued (the rest of a split batch can land
+        behind the stops when ``stop`` is called mid-drain), and leave the other lanes' stops
+        for them. Nothing accepted is left unresolved."""
+        stops = 0
+        left: list[_Pending] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                stops += 1
+            else:
+                left.extend(item)
+        for _ in range(stops):
+            self._queue.put(None)
+        for start in range(0, len(left), MAX_BATCH):
+            self._execute(left[start : start + MAX_BATCH])
 
     def _execute(self, batch: list[_Pending]) -> None:
         try:

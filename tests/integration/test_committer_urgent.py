@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
+import dispatch.committer as committer_module
 from dispatch.commit_requests import Complete, LeaseState, StartSend
 from dispatch.committer import SPLIT_AT, GroupCommitter, _Pending, _urgent_first, _Whole
 from dispatch.rate_gate import SlotThenStart
@@ -184,3 +185,34 @@ def test_a_split_loses_nothing_and_keeps_the_order(makers: list[Any]) -> None:
     else:
         assert now is batch
         assert rest is None
+
+
+def test_a_rest_put_back_behind_the_stops_is_still_committed(
+    pg: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stop`` called while a lane splits a batch: the rest lands behind both lanes' stops,
+    and is run before the lanes end instead of leaving its requests unresolved."""
+    store = TransactionRecorder()
+    committer = committer_for(pg, store)
+    split = committer_module._urgent_first
+
+    def split_as_the_stops_arrive(batch: list[_Pending]) -> tuple[list[_Pending], _Whole | None]:
+        for _ in range(committer.lanes):
+            committer._queue.put(None)
+        return split(batch)
+
+    monkeypatch.setattr(committer_module, "_urgent_first", split_as_the_stops_arrive)
+    loop = asyncio.new_event_loop()
+    requests = mixed(0, SPLIT_AT)
+    try:
+        futures = [loop.create_future() for _ in requests]
+        committer._queue.put([_Pending(r, f, loop) for r, f in zip(requests, futures, strict=True)])
+        committer.start()
+        results = loop.run_until_complete(asyncio.wait_for(asyncio.gather(*futures), 30))
+        for thread in committer._threads:  # both lanes end: each took one stop
+            thread.join(timeout=30)
+            assert not thread.is_alive()
+    finally:
+        loop.close()
+    assert results == [True if isinstance(r, Complete) else STARTED for r in requests]
+    assert committer.stats.transactions == 2
