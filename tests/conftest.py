@@ -194,6 +194,27 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    """An engine on a migrated, empty PostgreSQL database of this test's own (PostgreSQL-only
+    tests: the committer's lanes, COPY)."""
+    with fresh_database(request, "postgresql", tmp_path) as url:
+        engine = create_engine(url)
+        yield engine
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def pg_engine(pg_admin: Engine) -> Iterator[Engine]:
+    """An engine on a PostgreSQL database the whole module shares (property tests whose every
+    example empties what it wrote)."""
+    name, url = _new_pg_database(pg_admin)
+    engine = create_engine(url)
+    yield engine
+    engine.dispose()
+    _drop_pg_database(pg_admin, name)
+
+
+@pytest.fixture
 def private_pg() -> Iterator[PrivateCluster]:
     """A PostgreSQL cluster of this test's own (tests/support/pg_cluster.py), for a test that
     restarts the server: restarting the shared one would break the tests running beside it."""

@@ -8,13 +8,11 @@ without ``replace_pending`` - both must leave the same send_job rows and the sam
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
-import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -23,54 +21,8 @@ from sqlalchemy.engine import Engine
 from dispatch.models import send_event, send_job
 from dispatch.outbox import NewJob, bulk_enqueue
 from dispatch.store import OutboxStore
-from herald.db import create_engine
+from tests.support.job_strategies import AT, new_jobs
 from tests.support.outboxes import empty_outbox
-
-AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-# Text PostgreSQL can store (no NUL, no lone surrogate), quotes, backslashes, tabs, newlines,
-# COPY's own delimiters and escapes, and other scripts.
-hostile = st.text(
-    st.characters(codec="utf-8", blacklist_characters="\x00"),
-    min_size=1,
-    max_size=40,
-) | st.sampled_from(["a@x.test", "A@X.test", "\\N", "\t", "'; DROP TABLE send_job; --", "é@ü.test"])
-
-
-@st.composite
-def new_jobs(draw: st.DrawFn) -> NewJob:
-    # Few keys and mailboxes, so batches repeat them (either UNIQUE index makes a row a no-op).
-    key = draw(st.sampled_from(["k0", "k1", "k2", "k3", "k4"]))
-    return NewJob(
-        key=key,
-        key_tuple=draw(hostile),
-        campaign="c",
-        step="s",
-        occurrence_at=AT,
-        channel="email",
-        sender="from@x.test",
-        recipient=draw(st.sampled_from(["a@x.test", "A@X.test"]) | hostile),
-        message_id=draw(hostile),
-        payload=draw(st.binary(max_size=64)),
-        not_before=AT + timedelta(microseconds=draw(st.integers(0, 10**12))),
-        max_send_attempts=draw(st.integers(1, 9)),
-        max_claims=draw(st.integers(1, 9)),
-        in_doubt_policy=draw(st.sampled_from(["hold", "resend"])),
-        mailbox=draw(st.sampled_from(["m0", "m1", "m2", "m3", "m4", "m5"])),
-        send_window=draw(st.none() | hostile),
-        list_scope=draw(st.none() | hostile),
-    )
-
-
-@pytest.fixture(scope="module")
-def pg_engine(pg_admin: Engine) -> Iterator[Engine]:
-    from tests.conftest import _drop_pg_database, _new_pg_database
-
-    name, url = _new_pg_database(pg_admin)
-    engine = create_engine(url)
-    yield engine
-    engine.dispose()
-    _drop_pg_database(pg_admin, name)
 
 
 def _outcome(

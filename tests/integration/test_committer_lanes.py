@@ -10,7 +10,7 @@ import dataclasses
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,21 +29,12 @@ from dispatch.outbox_client import OutboxClient
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
 from herald.db import create_engine
-from tests.conftest import fresh_database
 from tests.support.factories import key_of, new_job
 from tests.support.outboxes import empty_outbox
 
 PAST = datetime(2026, 1, 1, tzinfo=UTC)
 IN_FLIGHT = 40  # jobs between T4 and T5 at once in the stress test
 DEADLINE = 30.0  # seconds: any wait in these tests that takes longer is a failure, not a hang
-
-
-@pytest.fixture
-def pg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    with fresh_database(request, "postgresql", tmp_path) as url:
-        engine = create_engine(url)
-        yield engine
-        engine.dispose()
 
 
 def committer_for(engine: Engine, lanes: int | None = None) -> GroupCommitter:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,6 @@ from dispatch.committer import SPLIT_AT, GroupCommitter, _Pending, _urgent_first
 from dispatch.rate_gate import SlotThenStart
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
-from herald.db import create_engine
-from tests.conftest import fresh_database
 
 STARTED = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -62,14 +60,6 @@ class TransactionRecorder(OutboxStore):
     ) -> list[ClaimedJob]:
         self._note(conn, "claim", [limit])
         return []
-
-
-@pytest.fixture
-def pg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    with fresh_database(request, "postgresql", tmp_path) as url:
-        engine = create_engine(url)
-        yield engine
-        engine.dispose()
 
 
 def committer_for(engine: Engine, store: OutboxStore) -> GroupCommitter:

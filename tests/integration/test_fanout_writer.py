@@ -10,8 +10,7 @@ the batch staged behind it down with it, and nothing of either is left.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,48 +23,13 @@ from sqlalchemy.pool import QueuePool
 from dispatch.models import send_event, send_job
 from dispatch.outbox import NewJob, bulk_enqueue
 from dispatch.store import OutboxStore
-from herald.db import create_engine
 from scheduler.fanout_writer import PipelinedWriter, SerialWriter, pipelined
+from tests.support.factories import new_job
+from tests.support.job_strategies import AT, new_jobs
 from tests.support.outboxes import empty_outbox
 
-AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 # How long a test waits for the other connection before it calls the writer serial.
 OVERLAP_DEADLINE_SECONDS = 30.0
-
-hostile = st.text(
-    st.characters(codec="utf-8", blacklist_characters="\x00"), min_size=1, max_size=20
-) | st.sampled_from(["\\N", "\t", "'; DROP TABLE send_job; --", "é@ü.test"])
-
-
-@st.composite
-def new_jobs(draw: st.DrawFn) -> NewJob:
-    # Few keys and mailboxes, so they repeat within a batch and across batches.
-    key = draw(st.sampled_from([f"k{i}" for i in range(8)]))
-    return NewJob(
-        key=key,
-        key_tuple=draw(hostile),
-        campaign="c",
-        step="s",
-        occurrence_at=AT,
-        channel="email",
-        sender="from@x.test",
-        recipient=draw(st.sampled_from(["a@x.test", "A@X.test"]) | hostile),
-        message_id=f"<{key}@x.test>",
-        payload=draw(st.binary(max_size=32)),
-        not_before=AT,
-        mailbox=draw(st.sampled_from([f"m{i}" for i in range(6)])),
-    )
-
-
-@pytest.fixture(scope="module")
-def pg_engine(pg_admin: Engine) -> Iterator[Engine]:
-    from tests.conftest import _drop_pg_database, _new_pg_database
-
-    name, url = _new_pg_database(pg_admin)
-    engine = create_engine(url)
-    yield engine
-    engine.dispose()
-    _drop_pg_database(pg_admin, name)
 
 
 class Recorder:
@@ -157,23 +121,8 @@ def test_pipelined_batches_leave_what_serial_batches_leave(
 
 
 def _jobs(prefix: str, count: int) -> list[NewJob]:
-    return [
-        NewJob(
-            key=f"{prefix}{i}",
-            key_tuple=f"{prefix}{i}",
-            campaign="c",
-            step="s",
-            occurrence_at=AT,
-            channel="email",
-            sender="from@x.test",
-            recipient=f"{prefix}{i}@x.test",
-            message_id=f"<{prefix}{i}@x.test>",
-            payload=b"p",
-            not_before=AT,
-            mailbox=f"{prefix}{i}",
-        )
-        for i in range(count)
-    ]
+    # The mailbox is the recipient's identity (new_job's), so each key has a mailbox of its own.
+    return [new_job(f"{prefix}{i}", due=AT) for i in range(count)]
 
 
 def test_the_next_batch_is_staged_while_the_previous_one_commits(pg_engine: Engine) -> None:
