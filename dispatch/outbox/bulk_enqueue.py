@@ -33,6 +33,10 @@ the plain insert stops on the unique violation, the savepoint is rolled back and
 in with ``ON CONFLICT DO NOTHING`` as before: the same rows either way. A new version's batches
 (``replace_pending``) are mostly existing keys and go straight to ``ON CONFLICT``.
 
+``copy_enqueue`` is ``stage`` (COPY) then ``insert_staged`` (the statement above), both in the
+caller's transaction; the fan-out calls them apart, so that one connection stages the next
+batch while another inserts the last (``scheduler.fanout_writer``).
+
 The staging table is per session (``TEMP``) and created inside the caller's transaction if
 missing, so it also works through a transaction-mode pooler: whichever server connection runs
 the transaction has it by then. ``ON COMMIT DELETE ROWS`` empties it at commit, and each call
@@ -183,7 +187,7 @@ def stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
     """The first half of ``copy_enqueue``: ``jobs`` streamed into the session's staging table,
     in the caller's transaction; each staged row draws its job id. Nothing is in the outbox
     until ``insert_staged`` runs in the same transaction (the fan-out's pipeline stages the
-    next batch while the previous one is inserted: scheduler.fanout_pipeline)."""
+    next batch while the previous one is inserted: scheduler.fanout_writer)."""
     _wrapped(conn, _stage, conn, jobs)
 
 
