@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-from dbtypes import ForeignText, UtcTimestamp, big_id, db_now
+from dbtypes import ForeignText, IndexedChoice, UtcTimestamp, big_id, db_now
 
 # Plain SQLAlchemy tables (no ORM): importing them stays cheap for every command.
 metadata = sa.MetaData()
@@ -75,7 +75,7 @@ send_job = sa.Table(
     sa.Column("message_id", sa.String(400), nullable=False),
     sa.Column("payload", sa.LargeBinary, nullable=False),
     sa.Column("payload_hash", sa.String(64), nullable=False),
-    sa.Column("state", sa.String(16), nullable=False, default="pending"),
+    sa.Column("state", IndexedChoice(), nullable=False, default="pending"),
     _ts("not_before", nullable=False),
     # The job's send window (dispatch.wallclock.SendWindow.to_json), or None: the worker
     # re-checks it at claim and hands a job outside it back until the window opens.

@@ -55,6 +55,7 @@ from dbtypes import UtcTimestamp, db_now
 from dispatch.models import send_job
 from dispatch.outbox.jobs import NewJob, payload_hash
 from dispatch.outbox.keyed import job_of
+from dispatch.outbox.sqlcore import bound_state
 from dispatch.states import State, T
 
 J = send_job.c
@@ -289,7 +290,7 @@ def replace_each(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
         .where(
             J.id == job_of(sa.bindparam("b_key")),
             J.recipient == sa.bindparam("b_recipient"),
-            J.state == State.PENDING.value,
+            J.state == bound_state(State.PENDING.value),  # by key: see sqlcore.guard
             J.payload_hash != sa.bindparam("b_hash"),
         )
         .values(

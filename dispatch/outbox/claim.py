@@ -22,7 +22,7 @@ from dispatch.outbox.jobs import (
 )
 from dispatch.outbox.keyed import K, with_keys
 from dispatch.outbox.send import in_order
-from dispatch.outbox.sqlcore import J, guard, journal, leases_in, returned
+from dispatch.outbox.sqlcore import J, bound_state, guard, journal, leases_in, returned
 from dispatch.states import LEASED, T, performs
 
 KEYS_PER_STATEMENT = 500  # well under SQLite's bound-parameter limit
@@ -178,7 +178,7 @@ class ClaimOps(SqlBase):
         due = (
             sa.select(J.id)
             .where(
-                self.forms.filter_only(guard(T.CLAIM, literal=True)),
+                self.forms.filter_only(guard(T.CLAIM)),
                 J.not_before <= db_now(),
                 J.claims < J.max_claims,  # poison jobs wait for recovery's dead letter
                 self.campaigns.active(),
@@ -189,7 +189,7 @@ class ClaimOps(SqlBase):
         )
         return (
             sa.update(send_job)
-            .where(self.forms.picked(due), self.forms.filter_only(guard(T.CLAIM)))
+            .where(self.forms.picked(due), self.forms.filter_only(guard(T.CLAIM, bound=True)))
             .values(
                 state=T.CLAIM.target.value,
                 lease_token=J.lease_token + 1,
@@ -215,7 +215,7 @@ class ClaimOps(SqlBase):
             for source in in_order(T.WITHDRAWN.sources):
                 stmt = (
                     sa.update(send_job)
-                    .where(with_keys(chunk), guard(T.WITHDRAWN, source))
+                    .where(with_keys(chunk), guard(T.WITHDRAWN, source, bound=True))
                     .values(
                         state=T.WITHDRAWN.target.value,
                         lease_owner=None,
@@ -242,7 +242,7 @@ class ClaimOps(SqlBase):
             sa.update(send_job)
             .where(
                 leases_in(leases),
-                J.state.in_(sorted(s.value for s in LEASED)),
+                J.state.in_(bound_state(sorted(s.value for s in LEASED))),  # by lease: see guard
                 J.lease_expires_at > db_now(),
             )
             .values(lease_expires_at=db_now_plus(seconds(lease_seconds)))

@@ -24,12 +24,6 @@ CLAIMS_EXHAUSTED = "claims exhausted: claimed too often without a send"
 POLICY_RESEND = "policy: resend"
 
 
-def _literal(state: State) -> sa.BindParameter[str]:
-    """A state rendered into the SQL text, as a partial index's predicate proof needs (a bound
-    value is unknown when PostgreSQL plans a prepared statement generically)."""
-    return sa.bindparam(f"s_{state.value}", state.value, literal_execute=True)
-
-
 class RecoveryOps(SqlBase):
     @performs(T.EXPIRED_CLAIM, T.POISON, T.LOST_IN_SEND, T.EXHAUSTED, T.POLICY_RESEND)
     def recover(self, conn: sa.Connection, *, grace_seconds: float, actor: str) -> RecoveryReport:
@@ -106,7 +100,7 @@ class RecoveryOps(SqlBase):
         ):
             stmt = (
                 sa.update(send_job)
-                .where(J.state == _literal(T.EXHAUSTED.source), exhausted)
+                .where(J.state == T.EXHAUSTED.source.value, exhausted)
                 .values(
                     state=T.EXHAUSTED.target.value,
                     outcome_text=why,
@@ -150,7 +144,7 @@ class RecoveryOps(SqlBase):
         """
 
         def earliest(state: State) -> sa.ScalarSelect[object]:
-            query = sa.select(sa.func.min(J.lease_expires_at)).where(J.state == _literal(state))
+            query = sa.select(sa.func.min(J.lease_expires_at)).where(J.state == state.value)
             return query.scalar_subquery()
 
         row = conn.execute(

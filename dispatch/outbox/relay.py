@@ -56,7 +56,7 @@ class RelayOps(SqlBase):
             return set()
         stmt = (
             sa.update(send_job)
-            .where(leases_in(leases), guard(T.RELAY_UNAVAILABLE))
+            .where(leases_in(leases), guard(T.RELAY_UNAVAILABLE, bound=True))
             .values(
                 state=T.RELAY_UNAVAILABLE.target.value,
                 claims=J.claims - 1,

@@ -56,7 +56,7 @@ class SendOps(SqlBase):
                 sa.update(send_job)
                 .where(
                     batch.where(),
-                    guard(T.START_SEND),
+                    guard(T.START_SEND, bound=True),
                     J.lease_expires_at > db_now_plus(sa.bindparam("t4_margin", type_=sa.Float())),
                     J.send_attempts < J.max_send_attempts,
                     J.superseded_at.is_(None),  # a replaced version's payload never goes out
@@ -127,7 +127,7 @@ class SendOps(SqlBase):
                 values.update(outcome_text=why, outcome_at=db_now())
             stmt = (
                 sa.update(send_job)
-                .where(leases_in(remaining), guard(transition), condition)
+                .where(leases_in(remaining), guard(transition, bound=True), condition)
                 .values(**values)
                 .returning(J.id, J.lease_token)
             )
@@ -203,7 +203,9 @@ class SendOps(SqlBase):
             if target is State.IN_DOUBT:
                 values["in_doubt_reason"] = batch.value("reason")
             return (
-                sa.update(send_job).where(batch.where(), guard(transition, source)).values(**values)
+                sa.update(send_job)
+                .where(batch.where(), guard(transition, source, bound=True))
+                .values(**values)
             )
 
         rows = self.forms.journalled(
@@ -244,7 +246,7 @@ class SendOps(SqlBase):
             return set()
         stmt = (
             sa.update(send_job)
-            .where(leases_in(leases), guard(T.RELEASE))
+            .where(leases_in(leases), guard(T.RELEASE, bound=True))
             .values(
                 state=T.RELEASE.target.value,
                 claims=J.claims - 1,

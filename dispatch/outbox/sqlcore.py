@@ -28,29 +28,32 @@ JournalRow = tuple[int, int, str | None]  # (job id, token, detail)
 
 
 def guard(
-    transition: Transition, source: State | None = None, *, literal: bool = False
+    transition: Transition, source: State | None = None, *, bound: bool = False
 ) -> sa.ColumnElement[bool]:
     """``state = <source>``, or ``state IN <sources>`` when no single source is named.
 
     ``source`` selects one of the transition's sources (statements that run once per source so
-    each journal row names where its job came from). ``literal`` writes a single source's value
-    into the SQL instead of binding it: SQLite uses a partial index (``WHERE state = 'pending'``)
-    only for a query whose own terms prove its predicate, which a bound ``state = ?`` cannot.
+    each journal row names where its job came from). The states are written into the SQL, as
+    every value compared to ``state`` is (``dbtypes.IndexedChoice``), so a search by state can
+    use the partial index of those states. ``bound``: for a statement that finds its rows by
+    id, key or lease, the states are bound instead. A written-in state would offer PostgreSQL
+    that partial index too, and right after a launch, with no statistics, it takes it: a scan
+    of every job in the state, hashed against the batch, instead of one primary-key probe per
+    job (tests/integration/test_claim_plan.py).
     """
     if source is None and len(transition.sources) == 1:
         source = transition.source
-    clause: sa.ColumnElement[bool]
     if source is not None:
         transition.check(source)
-        if literal:
-            # A state's value is a lower-case identifier (dispatch.states): nothing to escape.
-            assert source.value.isidentifier(), source.value
-            clause = J.state == sa.literal_column(f"'{source.value}'", sa.String())
-        else:
-            clause = J.state == source.value
-    else:
-        clause = J.state.in_(sorted(s.value for s in transition.sources))
-    return clause
+        return J.state == (bound_state(source.value) if bound else source.value)
+    values = sorted(s.value for s in transition.sources)
+    return J.state.in_(bound_state(values) if bound else values)
+
+
+def bound_state(value: str | list[str]) -> sa.BindParameter[Any]:
+    """A state, or a list of states for ``IN``, as a bound value rather than written into the
+    SQL (see ``guard``: for statements that find their rows by id, key or lease)."""
+    return sa.bindparam(None, value, type_=sa.String(), expanding=isinstance(value, list))
 
 
 def journal(
@@ -250,7 +253,7 @@ def hand_back_until(
     for not_before, leases in sorted(by_time.items()):
         stmt = (
             sa.update(send_job)
-            .where(leases_in(leases), guard(transition))
+            .where(leases_in(leases), guard(transition, bound=True))
             .values(
                 state=transition.target.value,
                 claims=J.claims - 1,

@@ -186,7 +186,7 @@ class VersionStore:
             for chunk in _chunks(ids):
                 rows = conn.execute(
                     sa.update(send_job)
-                    .where(J.id.in_(chunk), guard(T.SUPERSEDED, source))
+                    .where(J.id.in_(chunk), guard(T.SUPERSEDED, source, bound=True))
                     .values(
                         state=T.SUPERSEDED.target.value,
                         superseded_at=db_now(),
