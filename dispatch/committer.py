@@ -234,9 +234,18 @@ class GroupCommitter:
 
     def _run(self) -> None:
         try:
+            self._connect_early()
             self._serve()
         finally:
             self._release_connection()
+
+    def _connect_early(self) -> None:
+        """Check this lane's connection out as the worker starts, while the other lane runs
+        the first recovery pass, rather than in front of the first claim. A database that
+        cannot be reached yet is met again by the first transaction, which fails as usual."""
+        with contextlib.suppress(Exception):
+            self._lane.conn = self.engine.connect()
+            self._lane.used = time.monotonic()
 
     def _serve(self) -> None:
         carried: list[_Pending] = []  # the part of a list that did not fit the last batch

@@ -286,6 +286,12 @@ class RateGate:
 
     # ------------------------------------------------------------ which campaigns are limited
 
+    async def prime(self) -> None:
+        """Write this worker's domain limits and read the campaigns' before the first claim
+        (the worker runs it beside its first recovery pass): the first claim's admission then
+        waits for a read at most, not for a new connection and the writes."""
+        await self._refresh([])
+
     async def _refresh(self, jobs: list[ClaimedJob]) -> None:
         now = time.monotonic()
         fresh = self._read_at is not None and now - self._read_at < self.refresh_seconds

@@ -170,7 +170,7 @@ class Worker:
         self.committer.start()
         background: list[asyncio.Task[None]] = []
         try:
-            await self._recover()
+            await asyncio.gather(self._recover(), self.rates.prime())  # neither raises
             background = [
                 asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
                 asyncio.create_task(self._recovery_loop(), name="recovery"),
@@ -205,7 +205,9 @@ class Worker:
             claimed = 0
             # While the relay is known down, claiming would only hand jobs straight back.
             if worth_claiming and not recently_dry and not self.relay.holding():
-                claimed = len(await self._claim(room))
+                # At most a wave of sends per claim: the first claim of a drain is then half
+                # the prefetch, and its sends start while the next claim runs.
+                claimed = len(await self._claim(min(room, cfg.concurrency)))
                 self._dry_since = None if claimed else time.monotonic()
             self._start_sends()
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:
