@@ -149,7 +149,11 @@ def _check_extra_header_names(extra: Mapping[str, str]) -> None:
 
 # A header line on the wire: a field (name, colon, printable ASCII) or a continuation holding
 # more than whitespace (some readers end the header block at a whitespace-only line).
-_WIRE_HEADER_LINE = re.compile(rb"[!-9;-~]+:[\t -~]*|[ \t]+[!-~][\t -~]*")
+_WIRE_HEADER_LINE = rb"(?:[!-9;-~]+:[\t -~]*|[ \t]+[!-~][\t -~]*)"
+# The header block: such lines joined by CRLF, matched in one pass (no line's characters
+# include CR or LF, so the match cannot backtrack across lines). One call per message instead
+# of one per line: about 7 % of a launch's check (py-spy, issue 12).
+_WIRE_HEADER = re.compile(_WIRE_HEADER_LINE + rb"(?:\r\n" + _WIRE_HEADER_LINE + rb")*")
 
 
 def _check_wire(message: bytes) -> None:
@@ -165,7 +169,7 @@ def _check_wire(message: bytes) -> None:
     head, separator, _ = message.partition(b"\r\n\r\n")
     if not separator or not message.endswith(b"\r\n"):
         raise TemplateError("built message is malformed: no header block (a bug in Herald)")
-    if not all(_WIRE_HEADER_LINE.fullmatch(line) for line in head.split(b"\r\n")):
+    if _WIRE_HEADER.fullmatch(head) is None:
         raise TemplateError(
             "built message is malformed: a header line that is not a field or a fold"
             " (a bug in Herald)"

@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dispatch.message_date import with_date
+from templates import mime
 from templates.errors import TemplateError
 from templates.mime import PLAIN_ADDR_SPEC, RFC5322_SPECIALS, build_message
 from templates.render import RenderedContent, contains_line_break
@@ -777,3 +778,38 @@ def _ref_transfer_encoding(body_text: str) -> _RefTransferEncoding:
     if body_text.isascii() and all(len(line) <= _REF_MAX_LINE for line in body_text.splitlines()):
         return "7bit"
     return "quoted-printable"
+
+
+# Bytes that decide a header line's shape: separators, colon, blanks, the edges of printable
+# ASCII, and what lies outside it.
+_HEADER_BYTES = st.sampled_from(
+    [
+        b"\r",
+        b"\n",
+        b"\r\n",
+        b":",
+        b" ",
+        b"\t",
+        b"a",
+        b"!",
+        b"~",
+        b"9",
+        b";",
+        b"\x7f",
+        b"\x00",
+        b"\x80",
+    ]
+)
+
+
+@given(head=st.lists(_HEADER_BYTES, max_size=40).map(b"".join))
+@example(head=b"a: b\r\n\t~\r\n9;:")  # fields and a fold: accepted
+@example(head=b"a: b\r\n \r\nc:")  # a blank-only fold: refused
+def test_the_header_block_check_accepts_exactly_a_block_of_field_and_fold_lines(
+    head: bytes,
+) -> None:
+    """``_check_wire`` matches the whole header block in one pass: the same verdict, for any
+    bytes, as matching each CRLF-separated line alone."""
+    line = re.compile(mime._WIRE_HEADER_LINE)
+    one_by_one = all(line.fullmatch(part) for part in head.split(b"\r\n"))
+    assert (mime._WIRE_HEADER.fullmatch(head) is not None) is one_by_one
