@@ -91,7 +91,9 @@ class OperatorOps(SqlBase):
         )
         stmt = (
             sa.update(send_job)
-            .where(guard(transition), *rearmable, *selection(keys, campaign))
+            .where(
+                guard(transition, bound=keys is not None), *rearmable, *selection(keys, campaign)
+            )
             .values(**values)
             .returning(J.id, J.lease_token, J.key)
         )
@@ -112,7 +114,7 @@ class OperatorOps(SqlBase):
         stmt = (
             sa.update(send_job)
             .where(
-                guard(T.DEAD_RETRY),
+                guard(T.DEAD_RETRY, bound=keys is not None),  # by key: see guard
                 J.superseded_at.is_(None),  # never re-arm a replaced version's payload
                 payload_kept(),  # nor a pruned one: there is no message left to send
                 *selection(keys, campaign),

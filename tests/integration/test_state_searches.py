@@ -115,6 +115,7 @@ STATES = [state.value for state in State]
 # right: quotes, backslashes, SQL, non-ASCII and upper case look-alikes of the choices.
 HOSTILE = st.one_of(
     st.sampled_from(STATES),
+    st.sampled_from(list(State)),  # the enum itself, a str subclass
     st.sampled_from(["PENDING", "sent'", "sent' OR '1'='1", "x\\'", "ſent", "pendıng", ""]),
     st.text(st.characters(codec="utf-8", blacklist_characters="\x00"), max_size=20),
 )
