@@ -110,8 +110,16 @@ class RelayCircuit:
         self._verdict.set()
         return opened
 
-    def succeeded(self) -> float | None:
-        """The relay answered. If that ended an outage, how long it lasted (seconds)."""
+    def succeeded(self, *, probe: bool) -> float | None:
+        """The relay answered. If that ended an outage, how long it lasted (seconds).
+
+        Once the breaker is open only its probe's answer closes it, as only a failure of a
+        send admitted while it was closed opens it (``failed``): a send admitted before the
+        outage may be answered on a connection made before it (a pooled one), which says
+        nothing about the relay now. Closing on that answer made the breaker flap: claims
+        resumed, the next new connection failed, and one outage was announced twice."""
+        if not probe and self.state is not CircuitState.CLOSED:
+            return None
         down_since = self.down_since
         self.state = CircuitState.CLOSED
         self.openings = 0
@@ -191,7 +199,9 @@ class RelayGate:
             if probe:
                 circuit.abandon_probe()
             raise
-        outage = circuit.succeeded()
+        outage = circuit.succeeded(probe=probe)
+        if not circuit.closed:
+            return prepared  # answered on a connection from before the outage: the probe decides
         relay = getattr(transport, "relay_name", None)
         if isinstance(relay, str):
             await self._relay_answered(relay, outage)

@@ -62,7 +62,7 @@ def test_one_probe_at_a_time_and_the_others_follow_its_verdict() -> None:
         assert not any(task.done() for task in waiting)  # they wait for the probe
         clock.now += 5
         if succeeds:
-            assert circuit.succeeded() == 6  # the outage lasted from the first failure
+            assert circuit.succeeded(probe=True) == 6  # the outage lasted from the first failure
         else:
             circuit.failed(DOWN)
         return list(await asyncio.gather(*waiting))
@@ -72,14 +72,44 @@ def test_one_probe_at_a_time_and_the_others_follow_its_verdict() -> None:
 
 
 def test_a_success_closes_it_and_forgets_the_backoff() -> None:
-    clock = Clock()
-    circuit = RelayCircuit(base=1, cap=30, clock=clock)
-    circuit.failed(DOWN)
-    assert circuit.succeeded() == 0
-    assert circuit.succeeded() is None  # no outage to end
-    assert circuit.closed
-    assert circuit.failed(DOWN) is True  # a new outage, from the base backoff again
-    assert circuit.wait() == 1
+    async def scenario() -> None:
+        clock = Clock()
+        circuit = RelayCircuit(base=1, cap=30, clock=clock)
+        circuit.failed(DOWN)
+        clock.now += 1
+        assert await circuit.admit() == (True, True)
+        assert circuit.succeeded(probe=True) == 1
+        assert circuit.succeeded(probe=False) is None  # no outage to end
+        assert circuit.closed
+        assert circuit.failed(DOWN) is True  # a new outage, from the base backoff again
+        assert circuit.wait() == 1
+
+    asyncio.run(scenario())
+
+
+def test_only_the_probe_closes_an_open_breaker() -> None:
+    """A send admitted before the outage, answered on a connection made before it, says nothing
+    about the relay now: the breaker stays open (claims held) until its probe is answered, and
+    the outage is announced once."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        circuit = RelayCircuit(base=1, cap=30, clock=clock)
+        assert await circuit.admit() == (True, False)  # a send on a pooled connection
+        assert circuit.failed(DOWN) is True  # another send's new connection is refused
+        assert circuit.succeeded(probe=False) is None  # the first one is answered
+        assert circuit.state is CircuitState.OPEN
+        assert circuit.holding()
+        assert circuit.failed(DOWN) is False  # the next refusal: the same outage, no new line
+        clock.now += circuit.wait()
+        assert await circuit.admit() == (True, True)
+        assert circuit.succeeded(probe=False) is None  # still not the probe's answer
+        assert circuit.holding()  # its probe is still out
+        clock.now += 2
+        assert circuit.succeeded(probe=True) == 3
+        assert circuit.closed
+
+    asyncio.run(scenario())
 
 
 def test_a_probe_that_ends_without_a_verdict_lets_the_next_send_probe() -> None:
