@@ -67,6 +67,11 @@ class OutboxRequest(ABC, Generic[R]):
     # the wire first").
     urgent: ClassVar[bool] = False
 
+    def rows(self) -> int:
+        """About how many jobs' rows it touches (a batch's size, for "Small batches wait" in
+        dispatch/committer.py)."""
+        return 1
+
     @classmethod
     @abstractmethod
     def apply(cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]) -> list[R]:
@@ -143,6 +148,9 @@ class Heartbeat(OutboxRequest[set[int]]):
     order: ClassVar[int] = 3
     exclusive: ClassVar[bool] = True
 
+    def rows(self) -> int:
+        return len(self.leases)
+
     @classmethod
     def apply(
         cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]
@@ -160,6 +168,9 @@ class Release(OutboxRequest[set[int]]):
     kind: ClassVar[str] = "release"
     order: ClassVar[int] = 4
     exclusive: ClassVar[bool] = True
+
+    def rows(self) -> int:
+        return len(self.leases)
 
     @classmethod
     def apply(
@@ -179,6 +190,9 @@ class Defer(OutboxRequest[set[int]]):
     kind: ClassVar[str] = "defer"
     order: ClassVar[int] = 5
     exclusive: ClassVar[bool] = True
+
+    def rows(self) -> int:
+        return len(self.deferrals)
 
     @classmethod
     def apply(
@@ -259,6 +273,9 @@ class Claim(OutboxRequest[list[ClaimedJob]]):
     limit: int
     kind: ClassVar[str] = "claim"
     order: ClassVar[int] = 10
+
+    def rows(self) -> int:
+        return self.limit
 
     @classmethod
     def apply(

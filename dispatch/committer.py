@@ -34,7 +34,7 @@ SQLite has one writer: one lane. Two lanes never deadlock on each other, because
 - a request that may lock rows of jobs with another request in flight, or shared rows in no
   fixed order (``exclusive``: heartbeat, release, deferral, recovery, relay hand-backs and
   reports), runs in a transaction alone: its lane waits until no other lane is in a
-  transaction, and no lane starts one until it has committed (``_Turns``).
+  transaction, and no lane starts one until it has committed (``dispatch.lane_turns``).
 
 A deadlock with another process (a second worker's recovery) is what it was with one lane: the
 batch fails, and every request in it sees the exception.
@@ -49,6 +49,16 @@ again behind newer T4s. Which requests share a transaction changes, never which 
 which (any two ordinary batches already could), so the deadlock rules above are unchanged.
 Measured: drain throughput +19 % in eight interleaved pairs (bench/profiles/drain-cpu.md,
 session 24).
+
+Small batches wait. A batch touching fewer than ``ALONE_BELOW`` jobs' rows does not start a
+transaction beside another lane's running one: it waits for that one to end, then takes what
+arrived meanwhile, and goes before any new work (``LaneTurns.wait_until_quiet``). A transaction
+costs about the same for five requests as for thirty; when sends come at a relay's pace, two
+lanes each committing a handful cost a transaction per four messages, against one per five or
+six when the lanes take turns (bench/profiles/smtp.md, session 26). A drain's batches (hundreds
+of T4s or outcomes, claims of a wave of jobs) are large and still run side by side. Waiting
+only delays a transaction, it never changes which requests may run beside which, so the
+deadlock rules above are unchanged.
 """
 
 from __future__ import annotations
@@ -58,7 +68,6 @@ import contextlib
 import queue
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -68,6 +77,7 @@ from sqlalchemy.engine import Engine
 from dispatch.commit_requests import CommitContext, OutboxRequest
 from dispatch.failure_watch import FailureWatch
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
+from dispatch.lane_turns import LaneTurns
 from dispatch.store import OutboxStore
 
 R = TypeVar("R")
@@ -80,6 +90,9 @@ POSTGRES_LANES = 2
 # requests beside the others saves (measured: splitting every batch cost the SMTP bench,
 # concurrency 50, about 7 % in five pairs; from 64 on, no cost there, the drain's gain kept).
 SPLIT_AT = 64
+# Rows a batch must touch to get a transaction beside another lane's running one ("Small
+# batches wait"); a smaller one waits for that transaction to end and grows meanwhile.
+ALONE_BELOW = 32
 # A connection idle this long goes back to the pool; the next transaction checks one out again
 # (PostgreSQL: pre-pinged), so a connection the server dropped during a pause is not used.
 HOLD_CONNECTION_SECONDS = 1.0
@@ -92,6 +105,11 @@ class _Pending:
     request: OutboxRequest[Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+
+
+def _rows(batch: list[_Pending]) -> int:
+    """How many jobs' rows ``batch`` touches, about (``OutboxRequest.rows``)."""
+    return sum(pending.request.rows() for pending in batch)
 
 
 class _Whole(list[_Pending]):
@@ -119,41 +137,6 @@ class CommitterStats:
     by_kind: dict[str, int] = field(default_factory=dict)
 
 
-class _Turns:
-    """Who may be in a transaction: any number of lanes with ordinary batches, or one lane
-    with an exclusive batch alone. A waiting exclusive batch goes before new ordinary ones
-    (a steady drain would otherwise keep a heartbeat waiting past the lease)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._shared = 0  # lanes in an ordinary transaction
-        self._exclusive = False  # a lane is in an exclusive one
-        self._waiting = 0  # lanes waiting to start an exclusive one
-
-    @contextlib.contextmanager
-    def turn(self, exclusive: bool) -> Iterator[None]:
-        with self._cond:
-            if exclusive:
-                self._waiting += 1
-                while self._exclusive or self._shared:
-                    self._cond.wait()
-                self._waiting -= 1
-                self._exclusive = True
-            else:
-                while self._exclusive or self._waiting:
-                    self._cond.wait()
-                self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                if exclusive:
-                    self._exclusive = False
-                else:
-                    self._shared -= 1
-                self._cond.notify_all()
-
-
 class _Lane(threading.local):
     """A database thread's own: its connection between transactions."""
 
@@ -173,7 +156,11 @@ class GroupCommitter:
         instrumentation: Instrumentation = NULL_INSTRUMENTATION,
         failure_watch: FailureWatch | None = None,
         lanes: int | None = None,
+        alone_below: int = ALONE_BELOW,
     ) -> None:
+        """``lanes``: database threads (default: two on PostgreSQL, one on SQLite);
+        ``alone_below``: rows a batch must touch to run beside another lane's transaction
+        ("Small batches wait"; 0: every batch may)."""
         self.engine = engine
         self.store = store
         self.owner = owner
@@ -193,11 +180,12 @@ class GroupCommitter:
         if lanes < 1 or (lanes > 1 and engine.dialect.name == "sqlite"):
             raise ValueError(f"lanes must be 1 on SQLite and at least 1 elsewhere, not {lanes}")
         self.lanes = lanes
+        self.alone_below = alone_below
         self._threads = [
             threading.Thread(target=self._run, name=f"herald-db-{i}", daemon=True)
             for i in range(lanes)
         ]
-        self._turns = _Turns() if lanes > 1 else None
+        self._turns = LaneTurns() if lanes > 1 else None
         self._lane = _Lane()
         # Requests made during the current turn of each event loop, not yet handed over.
         self._outgoing: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
@@ -254,33 +242,49 @@ class GroupCommitter:
                 batch, carried = carried, []
                 stop = whole = False
             else:
+                if self._turns is not None:
+                    self._turns.let_holders_in()
                 first = self._queue.get()
                 if first is None:
                     self._serve_leftovers()
                     return
                 batch, stop, whole = first, False, isinstance(first, _Whole)
-            while len(batch) < MAX_BATCH and not stop:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                whole = whole or isinstance(item, _Whole)
-                batch.extend(item)  # each list is the database thread's once queued
+            stop, whole = self._take_queued(batch, stop, whole)
+            let_in = False
+            if self._turns is not None and not stop and _rows(batch) < self.alone_below:
+                # Too small to be worth a transaction beside a running one ("Small batches
+                # wait"): once that one has ended, this batch takes what arrived meanwhile.
+                let_in = self._turns.wait_until_quiet()
+                if let_in:
+                    stop, whole = self._take_queued(batch, stop, whole)
             if len(batch) > MAX_BATCH:
                 batch, carried = batch[:MAX_BATCH], batch[MAX_BATCH:]
             if self.lanes > 1 and not stop and not whole:
                 batch, rest = _urgent_first(batch)
                 if rest is not None:
                     self._queue.put(rest)
-            self._execute(batch)
+            self._execute(batch, let_in=let_in)
             if stop:
                 while carried:
                     batch, carried = carried[:MAX_BATCH], carried[MAX_BATCH:]
                     self._execute(batch)
                 return
+
+    def _take_queued(self, batch: list[_Pending], stop: bool, whole: bool) -> tuple[bool, bool]:
+        """Add what is queued to ``batch`` without waiting, up to ``MAX_BATCH`` (a list is taken
+        whole: the caller carries what does not fit); whether a stop was met, and whether the
+        batch now holds a put-back (``_Whole``) list."""
+        while len(batch) < MAX_BATCH and not stop:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                stop = True
+                break
+            whole = whole or isinstance(item, _Whole)
+            batch.extend(item)  # each list is the database thread's once queued
+        return stop, whole
 
     def _serve_leftovers(self) -> None:
         """At this lane's stop: run what is still queued (the rest of a split batch can land
@@ -302,13 +306,13 @@ class GroupCommitter:
         for start in range(0, len(left), MAX_BATCH):
             self._execute(left[start : start + MAX_BATCH])
 
-    def _execute(self, batch: list[_Pending]) -> None:
+    def _execute(self, batch: list[_Pending], *, let_in: bool = False) -> None:
         try:
             if self._turns is None:
                 results = self._transaction(batch)
             else:
                 exclusive = any(pending.request.exclusive for pending in batch)
-                with self._turns.turn(exclusive):
+                with self._turns.turn(exclusive, let_in=let_in):
                     results = self._transaction(batch)
         except Exception as exc:  # every request learns its batch failed; none is resolved OK
             with self._stats_lock:

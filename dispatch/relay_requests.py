@@ -25,6 +25,9 @@ class RelayHandBack(OutboxRequest[set[int]]):
     order: ClassVar[int] = 4  # with the other hand-backs (W1)
     exclusive: ClassVar[bool] = True  # many leases at once (dispatch/committer.py, "Lanes")
 
+    def rows(self) -> int:
+        return len(self.leases)
+
     @classmethod
     def apply(
         cls, ctx: CommitContext, conn: sa.Connection, batch: Sequence[Self]

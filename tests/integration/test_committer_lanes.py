@@ -23,7 +23,7 @@ from sqlalchemy.engine import Engine
 
 from dispatch import commit_requests, rate_gate, relay_requests
 from dispatch.commit_requests import Heartbeat, OutboxRequest
-from dispatch.committer import GroupCommitter
+from dispatch.committer import ALONE_BELOW, GroupCommitter
 from dispatch.models import send_job
 from dispatch.outbox_client import OutboxClient
 from dispatch.states import State
@@ -37,7 +37,7 @@ IN_FLIGHT = 40  # jobs between T4 and T5 at once in the stress test
 DEADLINE = 30.0  # seconds: any wait in these tests that takes longer is a failure, not a hang
 
 
-def committer_for(engine: Engine, lanes: int | None = None) -> GroupCommitter:
+def committer_for(engine: Engine, lanes: int | None = None, **options: Any) -> GroupCommitter:
     return GroupCommitter(
         engine,
         OutboxStore(engine.dialect.name),
@@ -45,6 +45,7 @@ def committer_for(engine: Engine, lanes: int | None = None) -> GroupCommitter:
         lease_seconds=300,
         t4_margin_seconds=1,
         lanes=lanes,
+        **options,
     )
 
 
@@ -98,8 +99,9 @@ def test_postgres_gets_two_lanes_and_sqlite_one(pg: Engine, tmp_path: Path) -> N
 
 def test_two_lanes_overlap_their_transactions(pg: Engine) -> None:
     """A transaction that waits in the server does not hold up the next batch: the second
-    lane commits it meanwhile (with one lane, the second claim would wait for the first)."""
-    enqueue(pg, 2)
+    lane commits it meanwhile (with one lane, the second claim would wait for the first). The
+    claims are large enough to run beside one another ("Small batches wait")."""
+    enqueue(pg, 2 * ALONE_BELOW)
     committer = committer_for(pg)
     overlaps = Overlaps(committer)
     second_committed = threading.Event()
@@ -121,12 +123,12 @@ def test_two_lanes_overlap_their_transactions(pg: Engine) -> None:
         client = OutboxClient(committer)
         committer.start()
         try:
-            first = asyncio.ensure_future(client.claim(1))
+            first = asyncio.ensure_future(client.claim(ALONE_BELOW))
             await asyncio.sleep(0)  # its batch is handed over in this turn
             assert await asyncio.to_thread(began.wait, DEADLINE)
-            assert len(await asyncio.wait_for(client.claim(1), DEADLINE)) == 1
+            assert len(await asyncio.wait_for(client.claim(ALONE_BELOW), DEADLINE)) == ALONE_BELOW
             second_committed.set()
-            assert len(await asyncio.wait_for(first, DEADLINE)) == 1
+            assert len(await asyncio.wait_for(first, DEADLINE)) == ALONE_BELOW
         finally:
             second_committed.set()
             await asyncio.to_thread(committer.stop)
@@ -275,9 +277,10 @@ def test_a_heartbeat_waits_for_the_other_lane_instead_of_deadlocking_with_it(pg:
     locked), then before its T4 of job 1 waits until the heartbeat of jobs 1 and 2 in lane B is
     blocked. Were the heartbeat an ordinary request, it would lock job 1 (the plan visits ids in
     order), wait for job 2, and A's T4 would wait for job 1: PostgreSQL aborts one (40P01).
-    As an exclusive request it waits for A's transaction to end, and everything commits."""
+    As an exclusive request it waits for A's transaction to end, and everything commits. (Small
+    batches do not wait here, or the heartbeat would wait before it even asked for its turn.)"""
     enqueue(pg, 2)
-    committer = committer_for(pg)
+    committer = committer_for(pg, alone_below=0)
     turns = committer._turns
     assert turns is not None
     store = PausingStore(

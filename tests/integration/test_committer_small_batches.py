@@ -1,0 +1,164 @@
+"""Small batches wait (dispatch/committer.py): with two lanes, a batch touching fewer than
+``alone_below`` jobs' rows does not start a transaction beside a running one; it waits for that
+one to end, takes what was queued meanwhile, and goes before the lane that just committed takes
+new work. A large batch still runs beside.
+
+The store records which transaction each call ran in (``TransactionRecorder``), and holds the
+first call's transaction open until the test lets it go, so each test sees what the other lane
+did meanwhile; no job rows are needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatch.commit_requests import Claim, Heartbeat, Release, StartSend
+from dispatch.committer import ALONE_BELOW, GroupCommitter
+from dispatch.outbox_client import OutboxClient
+from dispatch.store import ClaimedJob
+from tests.integration.test_committer_urgent import TransactionRecorder
+
+DEADLINE = 30.0  # seconds: any wait here that takes longer is a failure, not a hang
+
+
+class HoldsFirstClaim(TransactionRecorder):
+    """Keeps the first claim's transaction open until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.holding = threading.Event()
+        self.go = threading.Event()
+
+    def claim(
+        self, conn: sa.Connection, *, owner: str, limit: int, lease_seconds: float
+    ) -> list[ClaimedJob]:
+        jobs = super().claim(conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
+        if not self.holding.is_set():
+            self.holding.set()
+            assert self.go.wait(DEADLINE), "the test never let the first transaction go"
+        return jobs
+
+
+def two_lanes(engine: Engine, store: TransactionRecorder, **options: Any) -> GroupCommitter:
+    committer = GroupCommitter(
+        engine, store, owner="w", lease_seconds=300, t4_margin_seconds=1, lanes=2, **options
+    )
+    assert committer._turns is not None
+    return committer
+
+
+def until(condition: Callable[[], bool]) -> None:
+    """Wait (on a deadline, not a fixed sleep) until ``condition`` holds."""
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+async def handed_over(client: OutboxClient, limit: int) -> asyncio.Future[list[ClaimedJob]]:
+    """A claim submitted and handed to the lanes (its list is queued once this returns)."""
+    claim = asyncio.ensure_future(client.claim(limit))
+    await asyncio.sleep(0)  # the claim runs to its await; the turn's list is queued after it
+    await asyncio.sleep(0)
+    return claim
+
+
+def test_a_small_batch_waits_for_the_running_transaction_and_takes_what_came_meanwhile(
+    pg: Engine,
+) -> None:
+    """Lane A's transaction is held open. A small claim goes to lane B, which holds it instead
+    of starting a transaction beside A's; a claim submitted meanwhile joins it. Once A's
+    transaction ends, both run in one transaction of B's, not one each, and A takes none."""
+    for _ in range(3):  # a lane that took new work first would win some rounds by chance
+        store = HoldsFirstClaim()
+        committer = two_lanes(pg, store)
+        assert asyncio.run(small_claims_while_one_is_held(committer, store)) == [0, 0, 0]
+        (_, first_tx, first_limits), (_, second_tx, second_limits) = store.calls
+        assert first_tx != second_tx
+        assert (first_limits, second_limits) == ([1], [2])  # the two claims, as one statement
+        assert committer.stats.transactions == 2
+
+
+async def small_claims_while_one_is_held(
+    committer: GroupCommitter, store: HoldsFirstClaim
+) -> list[int]:
+    turns = committer._turns
+    assert turns is not None
+    client = OutboxClient(committer)
+    committer.start()
+    try:
+        first = await handed_over(client, 1)
+        assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+        second = await handed_over(client, 1)
+        await asyncio.to_thread(until, lambda: turns._holding == 1 or len(store.calls) > 1)
+        assert len(store.calls) == 1, "a small batch ran beside the held transaction"
+        third = await handed_over(client, 1)
+        store.go.set()
+        return [len(await asyncio.wait_for(c, DEADLINE)) for c in (first, second, third)]
+    finally:
+        store.go.set()
+        await asyncio.to_thread(committer.stop)
+
+
+def test_a_large_batch_runs_beside_the_running_transaction(pg: Engine) -> None:
+    """A claim of ``alone_below`` jobs is worth a transaction of its own beside a running one:
+    it commits while the first transaction is still held open."""
+    store = HoldsFirstClaim()
+    committer = two_lanes(pg, store)
+
+    async def main() -> None:
+        client = OutboxClient(committer)
+        committer.start()
+        try:
+            first = await handed_over(client, 1)
+            assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+            second = await handed_over(client, ALONE_BELOW)
+            assert await asyncio.wait_for(second, DEADLINE) == []
+            assert not first.done()
+            store.go.set()
+            assert await asyncio.wait_for(first, DEADLINE) == []
+        finally:
+            store.go.set()
+            await asyncio.to_thread(committer.stop)
+
+    asyncio.run(main())
+    assert [limits for _, _, limits in store.calls] == [[1], [ALONE_BELOW]]
+
+
+def test_with_alone_below_zero_every_batch_may_run_beside(pg: Engine) -> None:
+    """``alone_below=0`` turns the rule off: a claim of one job runs beside as well."""
+    store = HoldsFirstClaim()
+    committer = two_lanes(pg, store, alone_below=0)
+
+    async def main() -> None:
+        client = OutboxClient(committer)
+        committer.start()
+        try:
+            first = await handed_over(client, 1)
+            assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+            second = await handed_over(client, 1)
+            assert await asyncio.wait_for(second, DEADLINE) == []
+            assert not first.done()
+        finally:
+            store.go.set()
+            await asyncio.to_thread(committer.stop)
+
+    asyncio.run(main())
+    assert len(store.calls) == 2
+
+
+def test_a_batch_is_as_large_as_the_rows_it_touches() -> None:
+    """A claim weighs the jobs it may lease, a request over many leases weighs them all, a
+    request about one job weighs one."""
+    leases = tuple((i, 1) for i in range(5))
+    assert Claim(40).rows() == 40
+    assert Heartbeat(leases).rows() == 5
+    assert Release(leases).rows() == 5
+    assert StartSend((1, 1)).rows() == 1
