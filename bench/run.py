@@ -56,7 +56,7 @@ def parse_options(argv: list[str] | None = None) -> Options:
     add("--recipients", type=int, default=20_000, help="fan-out audience; also run at 2x")
     add("--smtp-messages", type=int, default=2_000)
     add("--smtp-concurrency", type=int, default=50)
-    add("--smtp-repeat", type=int, default=2, help="interleaved rounds of the SMTP pair")
+    add("--smtp-repeat", type=int, default=5, help="interleaved rounds of the SMTP pair")
     add("--recovery-lease", type=float, default=5.0, help="lease of the killed worker's claims")
     add("--only", default=",".join(SECTIONS), help=f"subset of {SECTIONS + EXTRA_SECTIONS}")
     add("--tracemalloc", action="store_true", help="also tracemalloc peaks for the fan-out (slow)")
