@@ -9,6 +9,8 @@ anything left, every few seconds, over the whole outbox's history. ``dbtypes.Ind
 writes any state compared to the column into the SQL; statements that find rows by id bind it
 on purpose (``sqlcore.guard(bound=True)``, tests/integration/test_claim_plan.py). SQLite
 re-plans a statement with its bound values and was never affected; it is held to the same.
+The operator's lists of one state (in doubt, dead letters, the dashboard's pages) are held to it
+as well.
 """
 
 from __future__ import annotations
@@ -62,10 +64,38 @@ WORKER_SEARCHES: dict[str, Callable[[OutboxStore, sa.Connection], object]] = {
 }
 
 
+# What an operator's lists run (``herald in-doubt``, the dead letters, the dashboard's pages),
+# with and without a campaign: each reads the jobs of one state, however long the history.
+def _jobs_in_state(
+    state: State, campaign: str | None
+) -> Callable[[OutboxStore, sa.Connection], object]:
+    def run(store: OutboxStore, conn: sa.Connection) -> object:
+        return store.jobs_in_state(conn, state, campaign=campaign, limit=50)
+
+    return run
+
+
+OPERATOR_SEARCHES: dict[str, Callable[[OutboxStore, sa.Connection], object]] = {
+    f"{state.value}{' of a campaign' if campaign else ''}": _jobs_in_state(state, campaign)
+    for state in (State.IN_DOUBT, State.FAILED, State.SENDING, State.PENDING)
+    for campaign in (None, "c")
+}
+
+
 @pytest.mark.parametrize("search", sorted(WORKER_SEARCHES))
 def test_a_workers_searches_never_read_the_whole_outbox(engine: Engine, search: str) -> None:
+    _never_reads_the_whole_outbox(engine, search, WORKER_SEARCHES[search])
+
+
+@pytest.mark.parametrize("search", sorted(OPERATOR_SEARCHES))
+def test_an_operators_lists_never_read_the_whole_outbox(engine: Engine, search: str) -> None:
+    _never_reads_the_whole_outbox(engine, search, OPERATOR_SEARCHES[search])
+
+
+def _never_reads_the_whole_outbox(
+    engine: Engine, search: str, run: Callable[[OutboxStore, sa.Connection], object]
+) -> None:
     store = _settled_history(engine)
-    run = WORKER_SEARCHES[search]
     if engine.dialect.name == "postgresql":
         with engine.begin() as conn:
             before = _sequential_scans(conn)
