@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
@@ -107,11 +108,18 @@ async def small_claims_while_one_is_held(
         await asyncio.to_thread(committer.stop)
 
 
-def test_a_large_batch_runs_beside_the_running_transaction(pg: Engine) -> None:
-    """A claim of ``alone_below`` jobs is worth a transaction of its own beside a running one:
-    it commits while the first transaction is still held open."""
+@pytest.mark.parametrize(
+    ("limit", "alone_below"),
+    [(ALONE_BELOW, ALONE_BELOW), (1, 0)],
+    ids=["a claim of alone_below jobs", "the rule turned off"],
+)
+def test_a_large_enough_batch_runs_beside_the_running_transaction(
+    pg: Engine, limit: int, alone_below: int
+) -> None:
+    """A claim of ``alone_below`` jobs is worth a transaction of its own beside a running one,
+    and with ``alone_below=0`` so is any: it commits while the first is still held open."""
     store = HoldsFirstClaim()
-    committer = two_lanes(pg, store)
+    committer = two_lanes(pg, store, alone_below=alone_below)
 
     async def main() -> None:
         client = OutboxClient(committer)
@@ -119,7 +127,7 @@ def test_a_large_batch_runs_beside_the_running_transaction(pg: Engine) -> None:
         try:
             first = await handed_over(client, 1)
             assert await asyncio.to_thread(store.holding.wait, DEADLINE)
-            second = await handed_over(client, ALONE_BELOW)
+            second = await handed_over(client, limit)
             assert await asyncio.wait_for(second, DEADLINE) == []
             assert not first.done()
             store.go.set()
@@ -129,29 +137,7 @@ def test_a_large_batch_runs_beside_the_running_transaction(pg: Engine) -> None:
             await asyncio.to_thread(committer.stop)
 
     asyncio.run(main())
-    assert [limits for _, _, limits in store.calls] == [[1], [ALONE_BELOW]]
-
-
-def test_with_alone_below_zero_every_batch_may_run_beside(pg: Engine) -> None:
-    """``alone_below=0`` turns the rule off: a claim of one job runs beside as well."""
-    store = HoldsFirstClaim()
-    committer = two_lanes(pg, store, alone_below=0)
-
-    async def main() -> None:
-        client = OutboxClient(committer)
-        committer.start()
-        try:
-            first = await handed_over(client, 1)
-            assert await asyncio.to_thread(store.holding.wait, DEADLINE)
-            second = await handed_over(client, 1)
-            assert await asyncio.wait_for(second, DEADLINE) == []
-            assert not first.done()
-        finally:
-            store.go.set()
-            await asyncio.to_thread(committer.stop)
-
-    asyncio.run(main())
-    assert len(store.calls) == 2
+    assert [limits for _, _, limits in store.calls] == [[1], [limit]]
 
 
 def test_a_batch_is_as_large_as_the_rows_it_touches() -> None:
