@@ -107,9 +107,14 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
 
 
-def _rows(batch: list[_Pending]) -> int:
-    """How many jobs' rows ``batch`` touches, about (``OutboxRequest.rows``)."""
-    return sum(pending.request.rows() for pending in batch)
+def _touches_fewer(batch: list[_Pending], rows: int) -> bool:
+    """Whether ``batch`` touches fewer than ``rows`` jobs' rows (``OutboxRequest.rows``); reads
+    no further than that many, so a drain's batch of hundreds costs a few calls."""
+    for pending in batch:
+        if rows <= 0:
+            return False
+        rows -= pending.request.rows()
+    return rows > 0
 
 
 class _Whole(list[_Pending]):
@@ -251,7 +256,7 @@ class GroupCommitter:
                 batch, stop, whole = first, False, isinstance(first, _Whole)
             stop, whole = self._take_queued(batch, stop, whole)
             let_in = False
-            if self._turns is not None and not stop and _rows(batch) < self.alone_below:
+            if self._turns is not None and not stop and _touches_fewer(batch, self.alone_below):
                 # Too small to be worth a transaction beside a running one ("Small batches
                 # wait"): once that one has ended, this batch takes what arrived meanwhile.
                 let_in = self._turns.wait_until_quiet()

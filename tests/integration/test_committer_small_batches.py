@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
-from dispatch.commit_requests import Claim, Heartbeat, Release, StartSend
-from dispatch.committer import ALONE_BELOW, GroupCommitter
+from dispatch.commit_requests import Claim, Heartbeat, OutboxRequest, Release, StartSend
+from dispatch.committer import ALONE_BELOW, GroupCommitter, _Pending, _touches_fewer
 from dispatch.outbox_client import OutboxClient
 from dispatch.store import ClaimedJob
 from tests.integration.test_committer_urgent import TransactionRecorder
@@ -148,3 +150,20 @@ def test_a_batch_is_as_large_as_the_rows_it_touches() -> None:
     assert Heartbeat(leases).rows() == 5
     assert Release(leases).rows() == 5
     assert StartSend((1, 1)).rows() == 1
+
+
+requests = st.one_of(
+    st.integers(0, 300).map(Claim),
+    st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9)), max_size=40).map(
+        lambda leases: Heartbeat(tuple(leases))
+    ),
+    st.just(StartSend((1, 1))),
+)
+
+
+@given(batch=st.lists(requests, max_size=60), below=st.integers(0, 400))
+def test_a_batch_is_small_exactly_when_its_rows_add_up_to_less(
+    batch: list[OutboxRequest[Any]], below: int
+) -> None:
+    pending = [_Pending(request, None, None) for request in batch]  # type: ignore[arg-type]
+    assert _touches_fewer(pending, below) == (sum(r.rows() for r in batch) < below)
