@@ -153,6 +153,11 @@ def _report(ctx: Context, name: str, outcome: Outcome) -> None:
             loads=loads,
             quiet=True,
         )
+    held = [h for r in runs if isinstance(h := getattr(r, "held_at_once", None), int)]
+    if len(held) == len(runs):  # bench.held: how many jobs the queue held at once
+        ctx.figures[f"{name} held"] = rep.add(
+            name, "jobs held at once (most)", held, "jobs", n=jobs, loads=loads, quiet=True
+        )
     if isinstance(runs[0], DrainResult):
         _committer(ctx, name, runs)
     pooler = [getattr(r, "pooler_us_per_job", lambda: None)() for r in runs]
@@ -214,6 +219,12 @@ def _ratios(ctx: Context) -> None:
             herald_cpu,
             cpu,
             Target("herald/pgqueuer CPU per job", "≤", 1.0),
+        )
+        # The drains compare fairly when both queues hold about as many jobs (bench.held).
+        rep.ratio(
+            f"herald/pgqueuer jobs held at once ({best.section}; information, fair near 1)",
+            figs.get(f"{HERALD_PG} held"),
+            figs.get(f"{best.section} held"),
         )
     elif ctx.options.pgqueuer_batches:
         reference = pgq.REFERENCE_JOBS_PER_SECOND

@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from bench.cpu import CpuUse, cpu_meter
 from bench.databases import postgres_database
+from bench.held import HERALD_EVENTS, most_at_once
 from dispatch.committer import CommitterStats
 from dispatch.store import NewJob, OutboxStore
 from dispatch.transport import Envelope, Outcome, PreparedSend, Transport, Verdict
@@ -93,6 +95,7 @@ class DrainResult:
     report: WorkerReport
     stats: CommitterStats
     cpu: CpuUse
+    held_at_once: int | None = None  # the most jobs leased at once (bench.held)
 
     @property
     def jobs_per_second(self) -> float:
@@ -134,8 +137,11 @@ def measure_drain(url: str, jobs: int, concurrency: int) -> DrainResult:
             started = time.perf_counter()
             worker = run_worker(engine, NoopTransport(), drain_config(concurrency))
             seconds = time.perf_counter() - started
+        with engine.connect() as conn:
+            held = most_at_once(tuple(row) for row in conn.execute(sa.text(HERALD_EVENTS)))
     finally:
         engine.dispose()
     if worker.report.sent != jobs:
         raise RuntimeError(f"drain sent {worker.report.sent} of {jobs}: {worker.report.as_dict()}")
-    return DrainResult(jobs, seconds, enqueue_seconds, worker.report, worker.committer.stats, cpu)
+    stats = worker.committer.stats
+    return DrainResult(jobs, seconds, enqueue_seconds, worker.report, stats, cpu, held)

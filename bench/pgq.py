@@ -26,6 +26,7 @@ from typing import Any
 from bench.cpu import CpuUse, cpu_meter
 from bench.databases import fresh_postgres, postgres_database
 from bench.extras import NotMeasured, ensure_installed, package_version
+from bench.held import PGQUEUER_EVENTS, most_at_once
 
 PACKAGES = {"pgqueuer": "pgqueuer", "asyncpg": "asyncpg"}
 REFERENCE_JOBS_PER_SECOND = 16_500.0  # the product owner's figure for this machine
@@ -44,6 +45,7 @@ class PgqResult:
     version: str
     event_loop: str
     failed_runs: list[str]
+    held_at_once: int | None = None  # the most jobs picked at once (bench.held)
 
     @property
     def jobs_per_second(self) -> float:
@@ -61,7 +63,7 @@ def measure_pgqueuer(jobs: int, batch_size: int) -> PgqResult:
     for _ in range(ATTEMPTS):
         try:
             with fresh_postgres("herald_bench_pgq", migrate=False) as url:
-                seconds, cpu = runner(_enqueue_then_drain(url, jobs, batch_size))
+                seconds, cpu, held = runner(_enqueue_then_drain(url, jobs, batch_size))
         except NotMeasured:
             raise
         except Exception as exc:  # e.g. asyncpg "another operation is in progress" at start-up
@@ -69,7 +71,7 @@ def measure_pgqueuer(jobs: int, batch_size: int) -> PgqResult:
             print(f"  pgqueuer run failed ({failures[-1]}); retrying on a fresh database")
             continue
         return PgqResult(
-            jobs, batch_size, seconds, cpu, package_version("pgqueuer"), loop_name, failures
+            jobs, batch_size, seconds, cpu, package_version("pgqueuer"), loop_name, failures, held
         )
     raise NotMeasured(f"{ATTEMPTS} runs failed, last: {failures[-1]}")
 
@@ -82,7 +84,7 @@ def _runner() -> tuple[Callable[[Awaitable[Any]], Any], str]:
     return uvloop.run, "uvloop"
 
 
-async def _enqueue_then_drain(url: str, jobs: int, batch_size: int) -> tuple[float, CpuUse]:
+async def _enqueue_then_drain(url: str, jobs: int, batch_size: int) -> tuple[float, CpuUse, int]:
     import asyncpg  # type: ignore[import-untyped]
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.models import Job
@@ -118,12 +120,13 @@ async def _enqueue_then_drain(url: str, jobs: int, batch_size: int) -> tuple[flo
                 *(m.run(batch_size=batch_size, mode=QueueExecutionMode.drain) for m in managers)
             )
             seconds = time.perf_counter() - started
+        held = most_at_once(tuple(row) for row in await connections[0].fetch(PGQUEUER_EVENTS))
     finally:
         for conn in connections:
             await conn.close()
     if done != jobs:
         raise NotMeasured(f"pgqueuer ran {done} of {jobs} jobs")
-    return seconds, cpu
+    return seconds, cpu, held
 
 
 __all__ = ["REFERENCE_JOBS_PER_SECOND", "NotMeasured", "PgqResult", "measure_pgqueuer"]

@@ -92,6 +92,7 @@ def measure_drain_via_pgbouncer(jobs: int, concurrency: int) -> PooledDrainResul
         result.report,
         result.stats,
         result.cpu,
+        result.held_at_once,
         pooler_seconds=spent,
     )
 

@@ -49,7 +49,14 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     add = parser.add_argument
     add("--jobs", type=int, default=10_000, help="jobs per drain (default 10000)")
-    add("--concurrency", type=int, default=200, help="Herald drain worker concurrency")
+    # 500: a worker at concurrency c leases at most 2c jobs (its prefetch), so at 500 it may hold
+    # the 1,000 that pgqueuer's five managers were measured to hold at once (bench.held).
+    add(
+        "--concurrency",
+        type=int,
+        default=500,
+        help="Herald drain worker concurrency (default 500: at most 1,000 jobs leased)",
+    )
     add("--repeat", type=int, default=3, help="interleaved rounds of the drains (default 3)")
     add("--procrastinate-jobs", type=int, default=1_000, help="jobs per procrastinate drain")
     add("--pgqueuer-batches", type=_ints, default=(100,), help="e.g. 10,100 (default 100)")
