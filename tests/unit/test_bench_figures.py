@@ -110,8 +110,20 @@ def test_target_verdicts_both_ways() -> None:
 
 def test_repetitions_are_interleaved_round_by_round() -> None:
     assert order(["A", "B", "C"], 2) == [
-        (0, "A"), (0, "B"), (0, "C"), (1, "A"), (1, "B"), (1, "C"),
+        (0, "A"), (0, "B"), (0, "C"), (1, "B"), (1, "C"), (1, "A"),
     ]  # fmt: skip
+
+
+@given(st.lists(st.text(min_size=1), min_size=1, max_size=8, unique=True), st.integers(1, 12))
+def test_every_round_runs_each_once_and_each_goes_first_in_turn(
+    names: list[str], repeat: int
+) -> None:
+    runs = order(names, repeat)
+    for r in range(repeat):
+        this_round = [name for round_index, name in runs if round_index == r]
+        assert sorted(this_round) == sorted(names)
+        assert this_round[0] == names[r % len(names)]
+    assert [r for r, _ in runs] == sorted(r for r, _ in runs)  # rounds never mix
 
 
 def test_interleave_runs_in_rounds_and_drops_what_cannot_be_measured() -> None:
@@ -130,12 +142,12 @@ def test_interleave_runs_in_rounds_and_drops_what_cannot_be_measured() -> None:
     outcomes = interleave(
         contenders, 3, sampler=lambda: LoadSample(float(next(samples)), None), say=lambda _: None
     )
-    assert ran == ["A", "B", "C", "A", "C", "A", "C"]
+    assert ran == ["A", "B", "C", "C", "A", "C", "A"]
     assert outcomes["B"].unavailable == "not installed"
     assert not outcomes["B"].measured
     assert len(outcomes["C"].runs) == 2
     assert outcomes["C"].errors == ["RuntimeError: flaky"]
-    assert [s.load1 for s in outcomes["A"].loads] == [0.0, 3.0, 5.0]
+    assert [s.load1 for s in outcomes["A"].loads] == [0.0, 4.0, 6.0]
 
 
 def test_json_document_holds_figures_ratios_targets_machine_and_loads() -> None:
