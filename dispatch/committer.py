@@ -44,9 +44,10 @@ relay connection, between RCPT and DATA); an outcome, a claim or a read is not. 
 batch holds both, the T4s (``urgent`` requests) go in a transaction of their own and the rest
 goes back to the queue, marked whole, for the other lane (or this one, next): the slots free a
 transaction sooner, and the two lanes' transactions run side by side. A batch of fewer than
-``SPLIT_AT`` requests is not split, and a whole one never is, so nothing put back is put back
-again behind newer T4s. Which requests share a transaction changes, never which may run beside
-which (any two ordinary batches already could), so the deadlock rules above are unchanged.
+``SPLIT_AT`` requests (``dispatch.commit_batch``) is not split, and a whole one never is, so
+nothing put back is put back again behind newer T4s. Which requests share a transaction
+changes, never which may run beside which (any two ordinary batches already could), so the
+deadlock rules above are unchanged.
 Measured: drain throughput +19 % in eight interleaved pairs (bench/profiles/drain-cpu.md,
 session 24).
 
@@ -59,6 +60,16 @@ six when the lanes take turns (bench/profiles/smtp.md, session 26). A drain's ba
 of T4s or outcomes, claims of a wave of jobs) are large and still run side by side. Waiting
 only delays a transaction, it never changes which requests may run beside which, so the
 deadlock rules above are unchanged.
+
+Helpers on demand. Only the first lane waits on the queue; the others (helpers) sleep until a
+list worth a transaction beside a running one is handed over (``ALONE_BELOW`` rows or more), a
+split puts a rest back, or the committer stops, and then serve until the queue is empty. A
+small list would only be held by a woken helper until the first lane's transaction ended: at a
+relay's pace, with both lanes waiting on the queue, every handful of requests woke a thread that
+then waited for its turn, and each such wake-up costs a context switch and an interpreter
+hand-over on two busy cores (bench/profiles/smtp.md, session 28: 1,393 against 1,326 msg/s,
+the same as one lane). Which lane runs a batch changes, never which batches may run beside
+which, so the deadlock rules above are unchanged.
 """
 
 from __future__ import annotations
@@ -68,12 +79,21 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dispatch.commit_batch import (
+    Pending,
+    Whole,
+    resolve_all,
+    resolve_failed,
+    touches_fewer,
+    urgent_first,
+)
 from dispatch.commit_requests import CommitContext, OutboxRequest
 from dispatch.failure_watch import FailureWatch
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
@@ -85,52 +105,14 @@ R = TypeVar("R")
 MAX_BATCH = 2000  # requests per transaction; bounds statement size and lock time
 # Database threads on PostgreSQL (measured: bench/README.md, "Where the time goes").
 POSTGRES_LANES = 2
-# Requests a batch needs before its T4s get a transaction of their own ("Sends on the wire
-# first"): a second transaction costs two round trips and a WAL flush, more than running a few
-# requests beside the others saves (measured: splitting every batch cost the SMTP bench,
-# concurrency 50, about 7 % in five pairs; from 64 on, no cost there, the drain's gain kept).
-SPLIT_AT = 64
 # Rows a batch must touch to get a transaction beside another lane's running one ("Small
-# batches wait"); a smaller one waits for that transaction to end and grows meanwhile.
-ALONE_BELOW = 32
+# batches wait"); a smaller one waits for that transaction to end and grows meanwhile. A list
+# this large is also what wakes a helper lane ("Helpers on demand"). 32 and 64 drained alike
+# (bench/profiles/smtp.md, session 26); at 32, claims of a relay-paced refill woke the helper.
+ALONE_BELOW = 64
 # A connection idle this long goes back to the pool; the next transaction checks one out again
 # (PostgreSQL: pre-pinged), so a connection the server dropped during a pause is not used.
 HOLD_CONNECTION_SECONDS = 1.0
-
-
-@dataclass
-class _Pending:
-    """A request waiting in the queue, and where to deliver its result."""
-
-    request: OutboxRequest[Any]
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
-
-
-def _touches_fewer(batch: list[_Pending], rows: int) -> bool:
-    """Whether ``batch`` touches fewer than ``rows`` jobs' rows (``OutboxRequest.rows``); reads
-    no further than that many, so a drain's batch of hundreds costs a few calls."""
-    for pending in batch:
-        if rows <= 0:
-            return False
-        rows -= pending.request.rows()
-    return rows > 0
-
-
-class _Whole(list[_Pending]):
-    """Requests put back after a split (``_urgent_first``): executed as they come, not split
-    again."""
-
-
-def _urgent_first(batch: list[_Pending]) -> tuple[list[_Pending], _Whole | None]:
-    """The batch's urgent requests to run now and the rest to put back, when it holds both
-    and is worth two transactions (``SPLIT_AT``); else the batch whole and nothing."""
-    if len(batch) < SPLIT_AT:
-        return batch, None
-    urgent = [pending for pending in batch if pending.request.urgent]
-    if not urgent or len(urgent) == len(batch):
-        return batch, None
-    return urgent, _Whole(pending for pending in batch if not pending.request.urgent)
 
 
 @dataclass
@@ -179,7 +161,7 @@ class GroupCommitter:
         )
         self.stats = CommitterStats()
         self._stats_lock = threading.Lock()
-        self._queue: queue.SimpleQueue[list[_Pending] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[Pending] | None] = queue.SimpleQueue()
         if lanes is None:  # SQLite has a single writer
             lanes = POSTGRES_LANES if engine.dialect.name == "postgresql" else 1
         if lanes < 1 or (lanes > 1 and engine.dialect.name == "sqlite"):
@@ -187,13 +169,16 @@ class GroupCommitter:
         self.lanes = lanes
         self.alone_below = alone_below
         self._threads = [
-            threading.Thread(target=self._run, name=f"herald-db-{i}", daemon=True)
+            threading.Thread(target=self._run, args=(i == 0,), name=f"herald-db-{i}", daemon=True)
             for i in range(lanes)
         ]
+        # Set when a helper lane is wanted: a large list was handed over, a split put a rest
+        # back, or the committer stops ("Helpers on demand").
+        self._help = threading.Event()
         self._turns = LaneTurns() if lanes > 1 else None
         self._lane = _Lane()
         # Requests made during the current turn of each event loop, not yet handed over.
-        self._outgoing: dict[asyncio.AbstractEventLoop, list[_Pending]] = {}
+        self._outgoing: dict[asyncio.AbstractEventLoop, list[Pending]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -204,6 +189,7 @@ class GroupCommitter:
     def stop(self) -> None:
         for _ in self._threads:  # one each: a lane that takes it ends after its batch
             self._queue.put(None)
+        self._help.set()
         for thread in self._threads:
             thread.join()
 
@@ -217,18 +203,21 @@ class GroupCommitter:
         if outgoing is None:  # the first request of this turn: hand the turn's list over after it
             outgoing = self._outgoing[loop] = []
             loop.call_soon(self._hand_over, loop)
-        outgoing.append(_Pending(request, future, loop))
+        outgoing.append(Pending(request, future, loop))
         return await future
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._queue.put(self._outgoing.pop(loop))
+        handed = self._outgoing.pop(loop)
+        self._queue.put(handed)
+        if self.lanes > 1 and not touches_fewer(handed, self.alone_below):
+            self._help.set()
 
     # ------------------------------------------------------------ the database thread
 
-    def _run(self) -> None:
+    def _run(self, primary: bool) -> None:
         try:
             self._connect_early()
-            self._serve()
+            self._serve(self._queue.get if primary else self._when_helped)
         finally:
             self._release_connection()
 
@@ -240,8 +229,18 @@ class GroupCommitter:
             self._lane.conn = self.engine.connect()
             self._lane.used = time.monotonic()
 
-    def _serve(self) -> None:
-        carried: list[_Pending] = []  # the part of a list that did not fit the last batch
+    def _when_helped(self) -> list[Pending] | None:
+        """A helper lane's next list: one already queued, else the next once a helper is
+        wanted (``_help``). Cleared before looking, so a list handed over meanwhile is seen."""
+        while True:
+            self._help.clear()
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                self._help.wait()
+
+    def _serve(self, next_list: Callable[[], list[Pending] | None]) -> None:
+        carried: list[Pending] = []  # the part of a list that did not fit the last batch
         while True:
             if carried:
                 batch, carried = carried, []
@@ -249,14 +248,14 @@ class GroupCommitter:
             else:
                 if self._turns is not None:
                     self._turns.let_holders_in()
-                first = self._queue.get()
+                first = next_list()
                 if first is None:
                     self._serve_leftovers()
                     return
-                batch, stop, whole = first, False, isinstance(first, _Whole)
+                batch, stop, whole = first, False, isinstance(first, Whole)
             stop, whole = self._take_queued(batch, stop, whole)
             let_in = False
-            if self._turns is not None and not stop and _touches_fewer(batch, self.alone_below):
+            if self._turns is not None and not stop and touches_fewer(batch, self.alone_below):
                 # Too small to be worth a transaction beside a running one ("Small batches
                 # wait"): once that one has ended, this batch takes what arrived meanwhile.
                 let_in = self._turns.wait_until_quiet()
@@ -265,9 +264,10 @@ class GroupCommitter:
             if len(batch) > MAX_BATCH:
                 batch, carried = batch[:MAX_BATCH], batch[MAX_BATCH:]
             if self.lanes > 1 and not stop and not whole:
-                batch, rest = _urgent_first(batch)
+                batch, rest = urgent_first(batch)
                 if rest is not None:
                     self._queue.put(rest)
+                    self._help.set()
             self._execute(batch, let_in=let_in)
             if stop:
                 while carried:
@@ -275,10 +275,10 @@ class GroupCommitter:
                     self._execute(batch)
                 return
 
-    def _take_queued(self, batch: list[_Pending], stop: bool, whole: bool) -> tuple[bool, bool]:
+    def _take_queued(self, batch: list[Pending], stop: bool, whole: bool) -> tuple[bool, bool]:
         """Add what is queued to ``batch`` without waiting, up to ``MAX_BATCH`` (a list is taken
         whole: the caller carries what does not fit); whether a stop was met, and whether the
-        batch now holds a put-back (``_Whole``) list."""
+        batch now holds a put-back (``Whole``) list."""
         while len(batch) < MAX_BATCH and not stop:
             try:
                 item = self._queue.get_nowait()
@@ -287,7 +287,7 @@ class GroupCommitter:
             if item is None:
                 stop = True
                 break
-            whole = whole or isinstance(item, _Whole)
+            whole = whole or isinstance(item, Whole)
             batch.extend(item)  # each list is the database thread's once queued
         return stop, whole
 
@@ -296,7 +296,7 @@ class GroupCommitter:
         behind the stops when ``stop`` is called mid-drain), and leave the other lanes' stops
         for them. Nothing accepted is left unresolved."""
         stops = 0
-        left: list[_Pending] = []
+        left: list[Pending] = []
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -308,10 +308,12 @@ class GroupCommitter:
                 left.extend(item)
         for _ in range(stops):
             self._queue.put(None)
+        if stops:
+            self._help.set()
         for start in range(0, len(left), MAX_BATCH):
             self._execute(left[start : start + MAX_BATCH])
 
-    def _execute(self, batch: list[_Pending], *, let_in: bool = False) -> None:
+    def _execute(self, batch: list[Pending], *, let_in: bool = False) -> None:
         try:
             if self._turns is None:
                 results = self._transaction(batch)
@@ -323,7 +325,7 @@ class GroupCommitter:
             with self._stats_lock:
                 self.stats.failures += 1
             for pending in batch:
-                _resolve(pending, exc=exc)
+                resolve_failed(pending, exc=exc)
             return
         with self._stats_lock:
             stats = self.stats
@@ -333,9 +335,9 @@ class GroupCommitter:
             for pending in batch:
                 kind = pending.request.kind
                 stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
-        _resolve_all(batch, results)
+        resolve_all(batch, results)
 
-    def _transaction(self, batch: list[_Pending]) -> list[Any]:
+    def _transaction(self, batch: list[Pending]) -> list[Any]:
         """One transaction for the whole batch; returns only once it is committed."""
         conn = self._connection()
         try:
@@ -363,7 +365,7 @@ class GroupCommitter:
             with contextlib.suppress(Exception):  # a broken connection is discarded all the same
                 conn.close()
 
-    def _apply(self, conn: sa.Connection, batch: list[_Pending]) -> list[Any]:
+    def _apply(self, conn: sa.Connection, batch: list[Pending]) -> list[Any]:
         results: list[Any] = [None] * len(batch)
         by_type: dict[type[OutboxRequest[Any]], list[int]] = {}
         for index, pending in enumerate(batch):
@@ -375,29 +377,3 @@ class GroupCommitter:
             for i, answer in zip(indexes, answers, strict=True):
                 results[i] = answer
         return results
-
-
-def _resolve(pending: _Pending, *, exc: BaseException) -> None:
-    def settle() -> None:
-        if not pending.future.done():  # else the waiter was cancelled
-            pending.future.set_exception(exc)
-
-    # RuntimeError: the loop is closed, so nobody is waiting any more.
-    with contextlib.suppress(RuntimeError):
-        pending.loop.call_soon_threadsafe(settle)
-
-
-def _resolve_all(batch: list[_Pending], results: list[Any]) -> None:
-    """One wake-up per event loop for the whole batch, not one per request."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Pending, Any]]] = {}
-    for pending, result in zip(batch, results, strict=True):
-        by_loop.setdefault(pending.loop, []).append((pending, result))
-
-    def settle(pairs: list[tuple[_Pending, Any]]) -> None:
-        for pending, result in pairs:
-            if not pending.future.done():  # the waiter was cancelled
-                pending.future.set_result(result)
-
-    for loop, pairs in by_loop.items():
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, pairs)

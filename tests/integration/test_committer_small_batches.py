@@ -1,7 +1,8 @@
-"""Small batches wait (dispatch/committer.py): with two lanes, a batch touching fewer than
-``alone_below`` jobs' rows does not start a transaction beside a running one; it waits for that
-one to end, takes what was queued meanwhile, and goes before the lane that just committed takes
-new work. A large batch still runs beside.
+"""Small batches wait and helpers on demand (dispatch/committer.py): with two lanes, a batch
+touching fewer than ``alone_below`` jobs' rows does not start a transaction beside a running one;
+it waits for that one to end, takes what was queued meanwhile, and goes before the lane that just
+committed takes new work; and only a list that large wakes the second (helper) lane. A large batch
+still runs beside.
 
 The store records which transaction each call ran in (``TransactionRecorder``), and holds the
 first call's transaction open until the test lets it go, so each test sees what the other lane
@@ -22,8 +23,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
+from dispatch.commit_batch import Pending, touches_fewer
 from dispatch.commit_requests import Claim, Heartbeat, OutboxRequest, Release, StartSend
-from dispatch.committer import ALONE_BELOW, GroupCommitter, _Pending, _touches_fewer
+from dispatch.committer import ALONE_BELOW, GroupCommitter
 from dispatch.outbox_client import OutboxClient
 from dispatch.store import ClaimedJob
 from tests.integration.test_committer_urgent import TransactionRecorder
@@ -73,34 +75,44 @@ async def handed_over(client: OutboxClient, limit: int) -> asyncio.Future[list[C
     return claim
 
 
+@pytest.mark.parametrize(
+    "first_limit", [1, ALONE_BELOW], ids=["the helper lane asleep", "the helper lane woken"]
+)
 def test_a_small_batch_waits_for_the_running_transaction_and_takes_what_came_meanwhile(
-    pg: Engine,
+    pg: Engine, first_limit: int
 ) -> None:
-    """Lane A's transaction is held open. A small claim goes to lane B, which holds it instead
-    of starting a transaction beside A's; a claim submitted meanwhile joins it. Once A's
-    transaction ends, both run in one transaction of B's, not one each, and A takes none."""
+    """A transaction is held open. A small claim does not start a transaction beside it: it
+    stays queued (no helper lane is woken for it), or, if the other lane is awake (the held
+    claim was large enough to wake it) and takes it, that lane holds it. A claim submitted
+    meanwhile joins it, and once the held transaction ends both run in one transaction, not
+    one each."""
     for _ in range(3):  # a lane that took new work first would win some rounds by chance
         store = HoldsFirstClaim()
         committer = two_lanes(pg, store)
-        assert asyncio.run(small_claims_while_one_is_held(committer, store)) == [0, 0, 0]
+        claims = asyncio.run(small_claims_while_one_is_held(committer, store, first_limit))
+        assert claims == [0, 0, 0]
         (_, first_tx, first_limits), (_, second_tx, second_limits) = store.calls
         assert first_tx != second_tx
-        assert (first_limits, second_limits) == ([1], [2])  # the two claims, as one statement
+        assert (first_limits, second_limits) == ([first_limit], [2])  # as one statement
         assert committer.stats.transactions == 2
 
 
 async def small_claims_while_one_is_held(
-    committer: GroupCommitter, store: HoldsFirstClaim
+    committer: GroupCommitter, store: HoldsFirstClaim, first_limit: int
 ) -> list[int]:
     turns = committer._turns
     assert turns is not None
     client = OutboxClient(committer)
     committer.start()
     try:
-        first = await handed_over(client, 1)
+        first = await handed_over(client, first_limit)
         assert await asyncio.to_thread(store.holding.wait, DEADLINE)
         second = await handed_over(client, 1)
-        await asyncio.to_thread(until, lambda: turns._holding == 1 or len(store.calls) > 1)
+        # Held by the other lane, or still queued for the lane that holds the transaction.
+        await asyncio.to_thread(
+            until,
+            lambda: turns._holding == 1 or committer._queue.qsize() > 0 or len(store.calls) > 1,
+        )
         assert len(store.calls) == 1, "a small batch ran beside the held transaction"
         third = await handed_over(client, 1)
         store.go.set()
@@ -108,6 +120,47 @@ async def small_claims_while_one_is_held(
     finally:
         store.go.set()
         await asyncio.to_thread(committer.stop)
+
+
+class NamesLanes(HoldsFirstClaim):
+    """Also notes which lane (database thread) ran each claim."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lanes: list[str] = []
+
+    def claim(
+        self, conn: sa.Connection, *, owner: str, limit: int, lease_seconds: float
+    ) -> list[ClaimedJob]:
+        self.lanes.append(threading.current_thread().name)
+        return super().claim(conn, owner=owner, limit=limit, lease_seconds=lease_seconds)
+
+
+def test_small_lists_never_wake_the_helper_lane(pg: Engine) -> None:
+    """Helpers on demand: while the first lane's transaction is held open, small requests
+    wait for that lane (a woken helper would take them, hold them, and run them itself): at a
+    relay's pace, one lane does all the work and no thread wakes for nothing."""
+    store = NamesLanes()
+    committer = two_lanes(pg, store)
+
+    async def main() -> None:
+        client = OutboxClient(committer)
+        committer.start()
+        try:
+            first = await handed_over(client, 1)
+            assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+            later = [await handed_over(client, 1) for _ in range(5)]
+            await asyncio.to_thread(until, lambda: committer._queue.qsize() >= 5)
+            store.go.set()
+            for claim in (first, *later):
+                assert await asyncio.wait_for(claim, DEADLINE) == []
+        finally:
+            store.go.set()
+            await asyncio.to_thread(committer.stop)
+
+    asyncio.run(main())
+    assert store.lanes == ["herald-db-0", "herald-db-0"]  # the five small claims: one statement
+    assert [limits for _, _, limits in store.calls] == [[1], [5]]
 
 
 @pytest.mark.parametrize(
@@ -165,5 +218,5 @@ requests = st.one_of(
 def test_a_batch_is_small_exactly_when_its_rows_add_up_to_less(
     batch: list[OutboxRequest[Any]], below: int
 ) -> None:
-    pending = [_Pending(request, None, None) for request in batch]  # type: ignore[arg-type]
-    assert _touches_fewer(pending, below) == (sum(r.rows() for r in batch) < below)
+    pending = [Pending(request, None, None) for request in batch]  # type: ignore[arg-type]
+    assert touches_fewer(pending, below) == (sum(r.rows() for r in batch) < below)

@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 import dispatch.committer as committer_module
+from dispatch.commit_batch import SPLIT_AT, Pending, Whole, urgent_first
 from dispatch.commit_requests import Complete, LeaseState, StartSend
-from dispatch.committer import SPLIT_AT, GroupCommitter, _Pending, _urgent_first, _Whole
+from dispatch.committer import GroupCommitter
 from dispatch.rate_gate import SlotThenStart
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
@@ -126,7 +127,7 @@ def test_a_batch_put_back_whole_is_not_split_again(pg: Engine) -> None:
     try:
         futures = [loop.create_future() for _ in requests]
         committer._queue.put(
-            _Whole(_Pending(r, f, loop) for r, f in zip(requests, futures, strict=True))
+            Whole(Pending(r, f, loop) for r, f in zip(requests, futures, strict=True))
         )
         committer.start()
         results = loop.run_until_complete(asyncio.wait_for(asyncio.gather(*futures), 30))
@@ -148,8 +149,8 @@ def test_one_lane_never_splits(tmp_path: Path) -> None:
     assert committer.stats.transactions == 1
 
 
-def _pending(request: Any) -> _Pending:
-    return _Pending(request, None, None)  # type: ignore[arg-type]
+def _pending(request: Any) -> Pending:
+    return Pending(request, None, None)  # type: ignore[arg-type]
 
 
 kinds = st.sampled_from(
@@ -165,12 +166,12 @@ kinds = st.sampled_from(
 @given(st.lists(kinds, max_size=2 * SPLIT_AT))
 def test_a_split_loses_nothing_and_keeps_the_order(makers: list[Any]) -> None:
     batch = [_pending(make(i)) for i, make in enumerate(makers)]
-    now, rest = _urgent_first(batch)
+    now, rest = urgent_first(batch)
     urgent = [p for p in batch if p.request.urgent]
     others = [p for p in batch if not p.request.urgent]
     if urgent and others and len(batch) >= SPLIT_AT:
         assert now == urgent
-        assert isinstance(rest, _Whole)
+        assert isinstance(rest, Whole)
         assert list(rest) == others
     else:
         assert now is batch
@@ -184,19 +185,19 @@ def test_a_rest_put_back_behind_the_stops_is_still_committed(
     and is run before the lanes end instead of leaving its requests unresolved."""
     store = TransactionRecorder()
     committer = committer_for(pg, store)
-    split = committer_module._urgent_first
+    split = urgent_first
 
-    def split_as_the_stops_arrive(batch: list[_Pending]) -> tuple[list[_Pending], _Whole | None]:
+    def split_as_the_stops_arrive(batch: list[Pending]) -> tuple[list[Pending], Whole | None]:
         for _ in range(committer.lanes):
             committer._queue.put(None)
         return split(batch)
 
-    monkeypatch.setattr(committer_module, "_urgent_first", split_as_the_stops_arrive)
+    monkeypatch.setattr(committer_module, "urgent_first", split_as_the_stops_arrive)
     loop = asyncio.new_event_loop()
     requests = mixed(0, SPLIT_AT)
     try:
         futures = [loop.create_future() for _ in requests]
-        committer._queue.put([_Pending(r, f, loop) for r, f in zip(requests, futures, strict=True)])
+        committer._queue.put([Pending(r, f, loop) for r, f in zip(requests, futures, strict=True)])
         committer.start()
         results = loop.run_until_complete(asyncio.wait_for(asyncio.gather(*futures), 30))
         for thread in committer._threads:  # both lanes end: each took one stop
