@@ -63,7 +63,7 @@ deadlock rules above are unchanged.
 
 Helpers on demand. Only the first lane waits on the queue; the others (helpers) sleep until a
 list worth a transaction beside a running one is handed over (``ALONE_BELOW`` rows or more), a
-split puts a rest back, or the committer stops, and then serve until the queue is empty. A
+split puts a rest back, or the committer stops, and then take what is queued at that moment. A
 small list would only be held by a woken helper until the first lane's transaction ended: at a
 relay's pace, with both lanes waiting on the queue, every handful of requests woke a thread that
 then waited for its turn, and each such wake-up costs a context switch and an interpreter
@@ -175,6 +175,7 @@ class GroupCommitter:
         # Set when a helper lane is wanted: a large list was handed over, a split put a rest
         # back, or the committer stops ("Helpers on demand").
         self._help = threading.Event()
+        self._stopping = False
         self._turns = LaneTurns() if lanes > 1 else None
         self._lane = _Lane()
         # Requests made during the current turn of each event loop, not yet handed over.
@@ -187,6 +188,7 @@ class GroupCommitter:
             thread.start()
 
     def stop(self) -> None:
+        self._stopping = True  # before the stops are queued: a helper then waits for its own
         for _ in self._threads:  # one each: a lane that takes it ends after its batch
             self._queue.put(None)
         self._help.set()
@@ -230,14 +232,16 @@ class GroupCommitter:
             self._lane.used = time.monotonic()
 
     def _when_helped(self) -> list[Pending] | None:
-        """A helper lane's next list: one already queued, else the next once a helper is
-        wanted (``_help``). Cleared before looking, so a list handed over meanwhile is seen."""
-        while True:
+        """A helper lane's next list, once a helper is wanted (``_help``): whatever is queued
+        then (``_serve`` takes the rest of it). It looks only when told, so a helper that has
+        just started or committed does not take the first lane's work; once the committer
+        stops it waits on the queue like the first lane, where a stop is queued for it."""
+        while not self._stopping:
+            self._help.wait()
             self._help.clear()
-            try:
+            with contextlib.suppress(queue.Empty):  # the first lane took it meanwhile
                 return self._queue.get_nowait()
-            except queue.Empty:
-                self._help.wait()
+        return self._queue.get()
 
     def _serve(self, next_list: Callable[[], list[Pending] | None]) -> None:
         carried: list[Pending] = []  # the part of a list that did not fit the last batch

@@ -12,9 +12,10 @@ did meanwhile; no job rows are needed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -75,6 +76,23 @@ async def handed_over(client: OutboxClient, limit: int) -> asyncio.Future[list[C
     return claim
 
 
+@contextlib.asynccontextmanager
+async def first_held(
+    committer: GroupCommitter, store: HoldsFirstClaim, limit: int = 1
+) -> AsyncIterator[tuple[OutboxClient, asyncio.Future[list[ClaimedJob]]]]:
+    """The committer started and a first claim of ``limit`` held open in its transaction; at
+    the end the claim is let go and the committer stopped."""
+    client = OutboxClient(committer)
+    committer.start()
+    try:
+        first = await handed_over(client, limit)
+        assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+        yield client, first
+    finally:
+        store.go.set()
+        await asyncio.to_thread(committer.stop)
+
+
 @pytest.mark.parametrize(
     "first_limit", [1, ALONE_BELOW], ids=["the helper lane asleep", "the helper lane woken"]
 )
@@ -102,11 +120,7 @@ async def small_claims_while_one_is_held(
 ) -> list[int]:
     turns = committer._turns
     assert turns is not None
-    client = OutboxClient(committer)
-    committer.start()
-    try:
-        first = await handed_over(client, first_limit)
-        assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+    async with first_held(committer, store, first_limit) as (client, first):
         second = await handed_over(client, 1)
         # Held by the other lane, or still queued for the lane that holds the transaction.
         await asyncio.to_thread(
@@ -117,9 +131,6 @@ async def small_claims_while_one_is_held(
         third = await handed_over(client, 1)
         store.go.set()
         return [len(await asyncio.wait_for(c, DEADLINE)) for c in (first, second, third)]
-    finally:
-        store.go.set()
-        await asyncio.to_thread(committer.stop)
 
 
 class NamesLanes(HoldsFirstClaim):
@@ -144,19 +155,12 @@ def test_small_lists_never_wake_the_helper_lane(pg: Engine) -> None:
     committer = two_lanes(pg, store)
 
     async def main() -> None:
-        client = OutboxClient(committer)
-        committer.start()
-        try:
-            first = await handed_over(client, 1)
-            assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+        async with first_held(committer, store) as (client, first):
             later = [await handed_over(client, 1) for _ in range(5)]
             await asyncio.to_thread(until, lambda: committer._queue.qsize() >= 5)
             store.go.set()
             for claim in (first, *later):
                 assert await asyncio.wait_for(claim, DEADLINE) == []
-        finally:
-            store.go.set()
-            await asyncio.to_thread(committer.stop)
 
     asyncio.run(main())
     assert store.lanes == ["herald-db-0", "herald-db-0"]  # the five small claims: one statement
@@ -177,19 +181,12 @@ def test_a_large_enough_batch_runs_beside_the_running_transaction(
     committer = two_lanes(pg, store, alone_below=alone_below)
 
     async def main() -> None:
-        client = OutboxClient(committer)
-        committer.start()
-        try:
-            first = await handed_over(client, 1)
-            assert await asyncio.to_thread(store.holding.wait, DEADLINE)
+        async with first_held(committer, store) as (client, first):
             second = await handed_over(client, limit)
             assert await asyncio.wait_for(second, DEADLINE) == []
             assert not first.done()
             store.go.set()
             assert await asyncio.wait_for(first, DEADLINE) == []
-        finally:
-            store.go.set()
-            await asyncio.to_thread(committer.stop)
 
     asyncio.run(main())
     assert [limits for _, _, limits in store.calls] == [[1], [limit]]
