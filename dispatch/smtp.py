@@ -51,6 +51,7 @@ COMMAND_TIMEOUT = 60.0  # seconds: connect, EHLO, MAIL, RCPT
 # RFC 5321 §4.5.3.2 asks clients to wait 10 minutes for the reply to the final dot. A shorter
 # wait only turns slow acceptances into in-doubt jobs; lease heartbeats cover the wait.
 DATA_TIMEOUT = 600.0
+QUIT_TIMEOUT = 5.0  # seconds: a pooled connection's QUIT at shutdown
 
 
 OPTIONS = ("starttls", "timeout", "data_timeout", "verify", "insecure_auth")
@@ -352,12 +353,11 @@ class SmtpTransport:
         return self.signer.sign(message, started_at)
 
     async def aclose(self) -> None:
+        """QUIT on every idle connection at once: a worker's shutdown waits one relay round
+        trip (at most ``QUIT_TIMEOUT``), not one per pooled connection. A connection that does
+        not answer in time is closed."""
         idle, self._idle = self._idle, []
-        for client in idle:
-            try:
-                await asyncio.wait_for(client.quit(), timeout=5)
-            except (TimeoutError, aiosmtplib.SMTPException, OSError):
-                client.close()
+        await asyncio.gather(*(_quit(client) for client in idle))
 
 
 class _PreparedSmtp:
@@ -399,6 +399,13 @@ class _PreparedSmtp:
 
     async def abandon(self) -> None:
         await _reset_or_close(self.client, self.transport)
+
+
+async def _quit(client: aiosmtplib.SMTP) -> None:
+    try:
+        await asyncio.wait_for(client.quit(), timeout=QUIT_TIMEOUT)
+    except (TimeoutError, aiosmtplib.SMTPException, OSError):
+        client.close()
 
 
 async def _reset_or_close(client: aiosmtplib.SMTP, transport: SmtpTransport) -> None:
