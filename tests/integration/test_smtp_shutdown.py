@@ -15,8 +15,9 @@ from aiosmtpd.smtp import SMTP
 
 from dispatch import smtp as smtp_module
 from dispatch.smtp import SmtpConfig, SmtpTransport
-from dispatch.transport import Envelope, Outcome, Verdict
+from dispatch.transport import Outcome, Verdict
 from herald.sink import BoundPortController
+from tests.integration.test_smtp_pool import envelope
 
 SESSIONS = 6
 DEADLINE = 5.0  # seconds the server holds a QUIT waiting for the others (only if they never come)
@@ -62,19 +63,6 @@ def server_with(gate: QuitGate) -> BoundPortController:
             return GatedSMTP(self.handler)
 
     return Controller(Handler(), hostname="127.0.0.1", port=0)
-
-
-def envelope(n: int) -> Envelope:
-    message_id = f"<q{n}@herald.test>"
-    return Envelope(
-        job_id=n,
-        key=f"q{n}",
-        channel="email",
-        sender="news@herald.test",
-        recipient=f"r{n}@example.com",
-        message_id=message_id,
-        payload=f"Message-ID: {message_id}\r\nSubject: hi\r\n\r\nbody\r\n".encode(),
-    )
 
 
 async def send_at_once(transport: SmtpTransport, count: int) -> list[Outcome]:
