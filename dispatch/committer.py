@@ -310,10 +310,8 @@ class GroupCommitter:
                 stops += 1
             else:
                 left.extend(item)
-        for _ in range(stops):
+        for _ in range(stops):  # a stopping helper waits on the queue (``_when_helped``)
             self._queue.put(None)
-        if stops:
-            self._help.set()
         for start in range(0, len(left), MAX_BATCH):
             self._execute(left[start : start + MAX_BATCH])
 
