@@ -32,6 +32,9 @@ SENT = Outcome(Verdict.SENT, 250, "ok")
 
 
 class NoopSend:
+    def ready(self) -> asyncio.Future[Outcome | None] | None:
+        return None
+
     async def deliver(self, started_at: datetime) -> Outcome:
         return SENT
 

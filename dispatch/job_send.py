@@ -163,9 +163,20 @@ class JobSender:
             await prepared.abandon()
             await self.release(job)
             return
-        started_at = await self._start_send(job)
+        # The receiver is asked to get ready (SMTP: DATA, to its 354) while T4 commits: the
+        # round trip hides behind the commit, and nothing of the message goes out before it.
+        # A job that takes rate slots asks after its T4 (in deliver): a slot refused at T4
+        # (W3, common under a limit) would cost the connection, closed in the middle of DATA.
+        keys = self.rates.admitted_keys(job.id) if self.rates is not None else ()
+        readying = None if keys else prepared.ready()
+        try:
+            started_at = await self._start_send(job, keys)
+        except asyncio.CancelledError:
+            if readying is not None:
+                readying.cancel()  # the connection is closed: it may be waiting in DATA
+            raise
         if not isinstance(started_at, datetime):
-            await prepared.abandon()  # RSET: nothing of the message went out
+            await prepared.abandon()  # nothing of the message went out
             if started_at is _NotStarted.REFUSED:
                 await self._settle(job)
             return
@@ -180,14 +191,14 @@ class JobSender:
         await self._finish(job, outcome, before_data=False)
         await self.instrumentation.after_t5_commit(job)
 
-    async def _start_send(self, job: ClaimedJob) -> datetime | _NotStarted:
+    async def _start_send(self, job: ClaimedJob, keys: tuple[str, ...]) -> datetime | _NotStarted:
         """T4, and the rule for a commit whose outcome is unknown: re-read before sending.
 
         A job under rate limits takes its slots in T4's own transaction (``RateGate.start``):
         the grant and the door to the wire are one moment, so the relay sees the limit.
         Returns when the job crossed T4 (the message's Date), or why it may not go out.
+        ``keys``: the rate limits whose slots it takes (``RateGate.admitted_keys``).
         """
-        keys = self.rates.admitted_keys(job.id) if self.rates is not None else ()
         await self.instrumentation.before_t4(job)
         while True:
             try:

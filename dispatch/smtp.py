@@ -2,10 +2,14 @@
 
 One recipient per SMTP transaction, so the single DATA reply maps to exactly one job.
 ``prepare`` = connect/EHLO/STARTTLS/AUTH/MAIL/RCPT: nothing can be delivered by these, so any
-failure here is a clean pre-DATA outcome (T6). ``deliver`` = DATA: a 250 means sent, a 4xx/5xx
+failure here is a clean pre-DATA outcome (T6). ``ready`` = the DATA command, to its 354: still
+nothing of the message, so the worker runs it while T4 commits (its round trip hides behind the
+commit); a refusal or a lost connection there is definitive (after T4: T7). ``deliver`` = the
+message and its final dot, written only once T4 has committed: a 250 means sent, a 4xx/5xx
 reply is definitive, and anything else (timeout, disconnect, cancellation) leaves the outcome
 unknown — the connection is then closed and never reused, since a late reply would otherwise
-be read as the answer to the next command.
+be read as the answer to the next command. A T4 refused after the 354 closes the connection:
+the receiver, still waiting for the message, then delivers nothing.
 
 The bytes DATA sends are fixed once T4 has given the attempt its ``Date``: the stored payload,
 that Date, CRLF line endings, then the DKIM signatures (``dispatch.dkim_signing``) over exactly
@@ -19,7 +23,6 @@ import asyncio
 import contextlib
 import dataclasses
 import ssl
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -41,7 +44,7 @@ from dispatch.transport import (
     TransportConfigError,
     Verdict,
 )
-from dispatch.wire_form import wire_form
+from dispatch.wire_form import dot_stuffed, wire_form
 
 if TYPE_CHECKING:
     from dispatch.dkim_signing import DkimSigner
@@ -361,44 +364,107 @@ class SmtpTransport:
 
 
 class _PreparedSmtp:
+    """MAIL and RCPT done on ``client``; ``ready`` sends DATA, ``deliver`` the message.
+
+    Between the DATA command's 354 and the message's final dot the receiver waits for content:
+    a connection in that state can only be closed (closing it delivers nothing, RFC 5321
+    §4.1.1.4), never reset or reused.
+    """
+
     def __init__(self, transport: SmtpTransport, client: aiosmtplib.SMTP, envelope: Envelope):
         self.transport = transport
         self.client = client
         self.envelope = envelope
+        self._waiting = False  # DATA was answered 354: the receiver waits for the message
+        self._readying: asyncio.Future[Outcome | None] | None = None
+
+    def ready(self) -> asyncio.Future[Outcome | None]:
+        if self._readying is None:
+            self._readying = asyncio.ensure_future(self._ready())
+        return self._readying
+
+    async def _ready(self) -> Outcome | None:
+        client = self.client
+        try:
+            response = await client.execute_command(b"DATA")
+        except asyncio.CancelledError:
+            client.close()
+            raise
+        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+            client.close()
+            return self._scrubbed(
+                Outcome(Verdict.RETRY, None, f"at DATA, before the message: {_named(exc)}")
+            )
+        if response.code != aiosmtplib.SMTPStatus.start_input:
+            # Refused before any of the message: the session is still in command mode.
+            await _reset_or_close(client, self.transport)
+            refused = aiosmtplib.SMTPDataError(response.code, response.message)
+            return self._scrubbed(_refused(refused, "DATA"))
+        self._waiting = True
+        return None
+
+    def _scrubbed(self, outcome: Outcome) -> Outcome:
+        return _scrubbed(outcome, self.transport.redact)
 
     async def deliver(self, started_at: datetime) -> Outcome:
-        return _scrubbed(await self._deliver(started_at), self.transport.redact)
+        return self._scrubbed(await self._deliver(started_at))
 
     async def _deliver(self, started_at: datetime) -> Outcome:
         client = self.client
         envelope = self.envelope
-        written = self.transport.instrumentation.after_data_write
         # The Date is the moment of sending: T4's, so every re-read of this attempt agrees.
         try:
             message = self.transport.final_bytes(envelope, started_at)
         except Exception as exc:
-            # Before DATA: nothing went out. The same payload would fail the same way again,
-            # so this is final for the job, not a retry.
-            await _reset_or_close(client, self.transport)
+            # Nothing of the message went out. The same payload would fail the same way
+            # again, so this is final for the job, not a retry.
+            await self.abandon()
             return Outcome(Verdict.FAILED, None, f"cannot sign: {type(exc).__name__}: {exc}")
         try:
-            with _end_of_data_watched(client, lambda: written(envelope)):
-                response = await client.data(message, timeout=self.transport.config.data_timeout)
-        except aiosmtplib.SMTPDataError as exc:
-            # A definitive refusal; still, never reuse a connection after data() raised.
+            not_ready = await self.ready()
+        except asyncio.CancelledError:
+            client.close()  # (the ready step closed it too)
+            return Outcome(Verdict.RETRY, None, "cancelled at DATA, before the message")
+        if not_ready is not None:
+            return not_ready
+        protocol = client.protocol
+        try:
+            if protocol is None:
+                raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+            # Written and answered as aiosmtplib's data() does after its 354, whose DATA
+            # command ``ready`` sent; a write that raises has handed nothing to the socket.
+            protocol.write(dot_stuffed(message))
+        except (aiosmtplib.SMTPException, OSError) as exc:
             client.close()
-            return _refused(exc, "DATA")
+            return Outcome(Verdict.RETRY, None, f"at DATA, before the message: {_named(exc)}")
+        self.transport.instrumentation.after_data_write(envelope)
+        try:
+            response = await protocol.read_response(timeout=self.transport.config.data_timeout)
         except asyncio.CancelledError:
             client.close()
             return Outcome(Verdict.IN_DOUBT, None, "cancelled inside DATA")
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             client.close()
-            return Outcome(Verdict.IN_DOUBT, None, f"inside DATA: {type(exc).__name__}: {exc}")
+            return Outcome(Verdict.IN_DOUBT, None, f"inside DATA: {_named(exc)}")
+        if response.code != aiosmtplib.SMTPStatus.completed:
+            # A definitive refusal; still, never reuse a connection after a refused message.
+            client.close()
+            return _refused(aiosmtplib.SMTPDataError(response.code, response.message), "DATA")
         self.transport._reuse(client)
         return Outcome(Verdict.SENT, response.code, response.message)
 
     async def abandon(self) -> None:
-        await _reset_or_close(self.client, self.transport)
+        if self._readying is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._readying
+        if self._waiting:
+            self.client.close()  # in DATA: closing is the only way out, and delivers nothing
+        else:
+            await _reset_or_close(self.client, self.transport)
+
+
+def _named(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def _quit(client: aiosmtplib.SMTP) -> None:
@@ -415,31 +481,6 @@ async def _reset_or_close(client: aiosmtplib.SMTP, transport: SmtpTransport) -> 
         client.close()
         return
     transport._reuse(client)
-
-
-@contextlib.contextmanager
-def _end_of_data_watched(client: aiosmtplib.SMTP, callback: Callable[[], None]) -> Iterator[None]:
-    """Call ``callback`` right after the write that ends the message (``CRLF.CRLF``).
-
-    aiosmtplib offers no such event, so the connection's ``write`` is wrapped for the duration
-    of DATA only, and restored after (the connection may be reused for the next message).
-    """
-    transport = client.transport
-    if not isinstance(transport, asyncio.WriteTransport):
-        yield
-        return
-    write = transport.write
-
-    def write_then_notify(data: bytes | bytearray | memoryview) -> None:
-        write(data)
-        if bytes(data[-5:]) == b"\r\n.\r\n":
-            callback()
-
-    transport.write = write_then_notify  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        transport.write = write  # type: ignore[method-assign]
 
 
 def _mail_options(sender: str, recipient: str) -> tuple[list[str], str]:

@@ -2,11 +2,14 @@
 
 A transport splits a send in two around the T4 commit: ``prepare`` does everything that cannot
 deliver anything (connect, MAIL, RCPT), ``deliver`` is the window in which the receiver may take
-responsibility for the message (SMTP DATA, an HTTP request body).
+responsibility for the message (SMTP DATA's content, an HTTP request body). ``ready`` is the
+step between them that still delivers nothing (SMTP's DATA command, to its 354): it may run
+while T4 commits.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
@@ -107,15 +110,28 @@ def new_envelope(
 
 
 class PreparedSend(Protocol):
+    def ready(self) -> asyncio.Future[Outcome | None] | None:
+        """Start the step that comes before the message itself and delivers nothing (SMTP:
+        DATA, answered 354), and return its future; None for a channel without one.
+
+        The worker starts it beside T4's commit, so the round trip hides behind it. The
+        future never raises: None when the receiver waits for the message, else the Outcome
+        (refused, or the connection lost: nothing of the message went out). No byte of the
+        message is sent before ``deliver``.
+        """
+
     async def deliver(self, started_at: datetime) -> Outcome:
         """Cross the point of no return. Must not raise: map every failure to an Outcome.
+        Called only after T4 has committed; it starts ``ready`` if nobody did, waits for it,
+        and returns its Outcome, if it gave one, without sending anything.
 
         ``started_at`` is when the job crossed T4 (the outbox's clock): an email's ``Date``
         (``dispatch.message_date``); channels without such a header ignore it.
         """
 
     async def abandon(self) -> None:
-        """T4 was refused: undo the preparation (SMTP RSET) without delivering anything."""
+        """T4 was refused: undo the preparation without delivering anything (SMTP: RSET, or,
+        once the receiver waits for the message, closing the connection)."""
 
 
 class Transport(Protocol):

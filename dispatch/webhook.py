@@ -238,6 +238,9 @@ class _PreparedWebhook:
         self._redact = redact
         self._on_sent = on_sent
 
+    def ready(self) -> asyncio.Future[Outcome | None] | None:
+        return None  # nothing to say before the request itself
+
     async def deliver(self, started_at: datetime) -> Outcome:
         # A webhook request has no Date to stamp: it goes out exactly as stored.
         return _scrubbed(await self._deliver(), self._redact)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 _LINE_ENDING = re.compile(rb"\r\n|\r|\n")
+_LINE_STARTING_WITH_A_DOT = re.compile(rb"(?m)^\.")
 
 
 def wire_form(message: bytes) -> bytes:
@@ -24,3 +25,10 @@ def wire_form(message: bytes) -> bytes:
     else:
         normalised = _LINE_ENDING.sub(b"\r\n", message)
     return normalised if normalised.endswith(b"\r\n") else normalised + b"\r\n"
+
+
+def dot_stuffed(message: bytes) -> bytes:
+    """What DATA transmits for ``message`` (its ``wire_form``): every line that starts with a
+    dot gets another (RFC 5321 §4.5.2), then the ending ``.`` line. The receiver removes the
+    added dots, so no line of the message can end it early."""
+    return _LINE_STARTING_WITH_A_DOT.sub(b"..", wire_form(message)) + b".\r\n"

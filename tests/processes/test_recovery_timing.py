@@ -42,6 +42,9 @@ class _Send:
     def __init__(self, sent: list[str], key: str) -> None:
         self.sent, self.key = sent, key
 
+    def ready(self) -> asyncio.Future[Outcome | None] | None:
+        return None
+
     async def deliver(self, started_at: datetime) -> Outcome:
         self.sent.append(self.key)
         return Outcome(Verdict.SENT, 250, "ok")

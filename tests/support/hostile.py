@@ -1,6 +1,6 @@
 """Hostile secrets and the check that one leaked: for tests proving credentials never leave
 through an error message (URL-special characters, percent-encoding, controls, quotes, markup,
-non-ASCII)."""
+non-ASCII). Also hostile message text for SMTP DATA (``MESSAGE_TEXT``)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,14 @@ HOSTILE = st.lists(_PIECE, min_size=1, max_size=16).map(lambda p: f"{START}{''.j
 def leaks(text: str, secret: str) -> bool:
     forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
     return START in text or any(form in text for form in forms)
+
+
+# Message bytes drawn mostly from the ones SMTP's dot-stuffing is about (dots, lone CR and LF,
+# the end-of-data marker itself), so dot lines come up in every run.
+MESSAGE_TEXT = st.lists(
+    st.sampled_from(
+        [b".", b"..", b"\r", b"\n", b"\r\n", b"\r\n.\r\n", b"a", b" ", b"\x00", b"\xff"]
+    )
+    | st.binary(max_size=8),
+    max_size=40,
+).map(b"".join)
