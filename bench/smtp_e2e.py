@@ -8,7 +8,9 @@ storing to the worker.
 
 ``measure_bare_smtp`` is the ceiling: the same messages, the same sink and concurrency, through
 plain aiosmtplib with no outbox at all (each coroutine keeps one connection and sends message
-after message). ``python -m bench.smtp_e2e`` prints both and their ratio.
+after message). ``python -m bench.smtp_e2e`` prints both and their ratio;
+``--reply-delay 0.005`` puts a relay 5 ms a reply away in the sink's place (a relay across a
+network, where the time a send waits is round trips rather than CPU).
 """
 
 from __future__ import annotations
@@ -92,15 +94,54 @@ def mail_jobs(count: int) -> Iterator[NewJob]:
         yield replace(job, payload=rfc5322(job))
 
 
+# A relay one network round trip away, as far as the sender can tell: every reply after the
+# greeting waits ``delay`` seconds. It stores nothing (durability is the dev sink's part, and
+# unflushed files on a slow disk would make it the ceiling again); at its stop it writes how
+# many messages it accepted to ``KEPT`` in the Maildir, which ``stored_messages`` reads.
+KEPT = "kept"
+SLOW_RELAY_PROCESS = """
+import asyncio, sys
+from pathlib import Path
+from aiosmtpd.smtp import SMTP
+from herald.sink import BoundPortController
+delay = float(sys.argv[2])
+accepted = 0
+class Count:
+    async def handle_DATA(self, server, session, envelope):
+        global accepted
+        accepted += 1
+        return "250 accepted"
+class Distant(SMTP):
+    async def push(self, status):
+        if not status.startswith("220"):
+            await asyncio.sleep(delay)
+        await super().push(status)
+class Controller(BoundPortController):
+    def factory(self):
+        return Distant(self.handler)
+controller = Controller(Count(), hostname="127.0.0.1", port=0)
+controller.start()
+print(controller.port, flush=True)
+sys.stdin.read()
+controller.stop()
+Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
+(Path(sys.argv[1]) / sys.argv[3]).write_text(str(accepted))
+"""
+
+
 @contextmanager
-def sink_process(maildir: Path) -> Iterator[int]:
-    """``herald.sink.start_sink`` in a child process; yields its port."""
+def sink_process(maildir: Path, reply_delay: float = 0.0) -> Iterator[int]:
+    """``herald.sink.start_sink`` in a child process; yields its port. With ``reply_delay``,
+    a relay that answers each command that much later instead (``SLOW_RELAY_PROCESS``)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
+    code, extra = (
+        (SLOW_RELAY_PROCESS, [str(reply_delay), KEPT]) if reply_delay > 0 else (SINK_PROCESS, [])
+    )
     child = subprocess.Popen(
-        [sys.executable, "-c", SINK_PROCESS, str(maildir)],
+        [sys.executable, "-c", code, str(maildir), *extra],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -119,19 +160,25 @@ def sink_process(maildir: Path) -> Iterator[int]:
         if child.poll() is None:
             child.kill()
             child.wait()
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def stored_messages(maildir: Path) -> int:
+    kept = maildir / KEPT  # the slow relay's count
+    if kept.exists():
+        return int(kept.read_text())
     return sum(1 for _ in (maildir / "new").iterdir())
 
 
-def measure_smtp(url: str, messages: int, concurrency: int) -> SmtpResult:
+def measure_smtp(url: str, messages: int, concurrency: int, reply_delay: float = 0.0) -> SmtpResult:
     with tempfile.TemporaryDirectory(prefix="herald-bench-sink-") as folder:
         maildir = Path(folder) / "Maildir"
         engine = create_engine(url)
         try:
             enqueue(engine, mail_jobs(messages))
-            with sink_process(maildir) as port:
+            with sink_process(maildir, reply_delay) as port:
                 transport = SmtpTransport(
                     SmtpConfig(host=HOST, port=port, command_timeout=30, data_timeout=60)
                 )
@@ -154,12 +201,12 @@ def measure_smtp(url: str, messages: int, concurrency: int) -> SmtpResult:
     return SmtpResult(messages, seconds, worker.report, stored)
 
 
-def measure_bare_smtp(messages: int, concurrency: int) -> BareSmtpResult:
+def measure_bare_smtp(messages: int, concurrency: int, reply_delay: float = 0.0) -> BareSmtpResult:
     """The same messages into the same sink through a bare aiosmtplib loop: the SMTP ceiling."""
     jobs = list(mail_jobs(messages))
     with tempfile.TemporaryDirectory(prefix="herald-bench-sink-") as folder:
         maildir = Path(folder) / "Maildir"
-        with sink_process(maildir) as port:
+        with sink_process(maildir, reply_delay) as port:
             started = time.perf_counter()
             asyncio.run(bare_loop(port, jobs, concurrency))
             seconds = time.perf_counter() - started
@@ -189,12 +236,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
+    parser.add_argument(
+        "--reply-delay",
+        type=float,
+        default=0.0,
+        help="seconds: instead of the dev sink, a relay that answers each command this late",
+    )
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
-    bare = measure_bare_smtp(args.messages, args.concurrency)
+    bare = measure_bare_smtp(args.messages, args.concurrency, args.reply_delay)
     with fresh_database(args.backend) as url:
-        herald = measure_smtp(url, args.messages, args.concurrency)
-    print(f"N={args.messages:,}, concurrency {args.concurrency}, {args.backend}, load {load:.1f}")
+        herald = measure_smtp(url, args.messages, args.concurrency, args.reply_delay)
+    relay = f"a relay {args.reply_delay * 1000:g} ms a reply" if args.reply_delay else "the sink"
+    print(
+        f"N={args.messages:,}, concurrency {args.concurrency}, {args.backend}, {relay},"
+        f" load {load:.1f}"
+    )
     print(f"bare aiosmtplib: {bare.messages_per_second:8.1f} msg/s ({bare.seconds:.2f} s)")
     print(f"Herald:          {herald.messages_per_second:8.1f} msg/s ({herald.seconds:.2f} s)")
     print(f"ratio:           {herald.messages_per_second / bare.messages_per_second:8.2f}x")
