@@ -390,7 +390,7 @@ class _PreparedSmtp:
         except asyncio.CancelledError:
             client.close()
             raise
-        except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
+        except Exception as exc:  # (timeout, disconnect, or anything else: none of it sent)
             client.close()
             return self._scrubbed(
                 Outcome(Verdict.RETRY, None, f"at DATA, before the message: {_named(exc)}")

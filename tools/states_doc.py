@@ -43,8 +43,8 @@ NOTES: dict[str, tuple[str, str]] = {
         "`lease_expires_at` on the database clock, `claims + 1`.",
     ),
     "T4": (
-        "worker, just before SMTP DATA",
-        "The only door to a send: committed durably before the first byte of DATA. Guard: "
+        "worker, after RCPT, beside the DATA command (which delivers nothing)",
+        "The only door to a send: committed durably before the first byte of the message. Guard: "
         "same token, enough lease left, attempts left, mailbox not suppressed (`global`, or "
         "the job's `list_scope`), not superseded, campaign active.",
     ),
@@ -80,7 +80,8 @@ NOTES: dict[str, tuple[str, str]] = {
     ),
     "T7": (
         "worker",
-        "A definitive temporary refusal of DATA (4xx): back to pending with backoff.",
+        "A definitive temporary refusal of DATA (4xx), or a connection lost at the DATA command,"
+        " before any of the message: back to pending with backoff.",
     ),
     "T7f": (
         "worker",
