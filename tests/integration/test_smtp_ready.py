@@ -32,7 +32,7 @@ from dispatch.instrumentation import NullInstrumentation
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State, is_valid_path
 from dispatch.store import ClaimedJob, Lease, OutboxStore
-from dispatch.transport import Outcome, Verdict
+from dispatch.transport import Outcome, PreparedSend, Verdict
 from dispatch.worker import Worker
 from herald.sink import BoundPortController
 from tests.integration.test_smtp_pool import envelope
@@ -109,6 +109,17 @@ def transport_for(port: int) -> SmtpTransport:
     return SmtpTransport(SmtpConfig("127.0.0.1", port, command_timeout=DEADLINE))
 
 
+async def prepared_then_ready(
+    transport: SmtpTransport, n: int
+) -> tuple[PreparedSend, Outcome | None]:
+    """Message ``n`` prepared (MAIL, RCPT) and its DATA command answered."""
+    prepared = await transport.prepare(envelope(n))
+    assert not isinstance(prepared, Outcome)
+    readying = prepared.ready()
+    assert readying is not None
+    return prepared, await readying
+
+
 # ---------------------------------------------------------------- the transport alone
 
 
@@ -120,11 +131,7 @@ def test_ready_sends_the_data_command_and_nothing_of_the_message(
     async def scenario() -> tuple[Outcome | None, int, Outcome, int]:
         transport = transport_for(port)
         try:
-            prepared = await transport.prepare(envelope(1))
-            assert not isinstance(prepared, Outcome)
-            readying = prepared.ready()
-            assert readying is not None
-            ready = await readying
+            prepared, ready = await prepared_then_ready(transport, 1)
             stored_while_waiting = len(watched.messages())
             outcome = await prepared.deliver(datetime.now(UTC))
             return ready, stored_while_waiting, outcome, len(transport._idle)
@@ -150,11 +157,8 @@ def test_abandoning_after_the_354_closes_the_connection_and_delivers_nothing(
     async def scenario() -> tuple[int, Outcome]:
         transport = transport_for(port)
         try:
-            prepared = await transport.prepare(envelope(1))
-            assert not isinstance(prepared, Outcome)
-            readying = prepared.ready()
-            assert readying is not None
-            assert await readying is None
+            prepared, ready = await prepared_then_ready(transport, 1)
+            assert ready is None
             await prepared.abandon()
             pooled = len(transport._idle)
             following = await transport.prepare(envelope(2))
@@ -190,11 +194,8 @@ def test_a_data_command_refused_or_dropped_is_definitive_and_sends_nothing(
     async def scenario() -> tuple[Outcome | None, Outcome]:
         transport = transport_for(port)
         try:
-            prepared = await transport.prepare(envelope(1))
-            assert not isinstance(prepared, Outcome)
-            readying = prepared.ready()
-            assert readying is not None
-            return await readying, await prepared.deliver(datetime.now(UTC))
+            prepared, ready = await prepared_then_ready(transport, 1)
+            return ready, await prepared.deliver(datetime.now(UTC))
         finally:
             await transport.aclose()
 
