@@ -26,6 +26,9 @@ class Options:
     sections: tuple[str, ...]
     tracemalloc: bool
     json_path: str
+    # Seconds a reply of the relay in the second SMTP comparison (a relay across a network);
+    # 0 leaves it out.
+    smtp_relay_delay: float = 0.005
 
 
 @dataclass

@@ -64,6 +64,12 @@ def parse_options(argv: list[str] | None = None) -> Options:
     add("--smtp-messages", type=int, default=2_000)
     add("--smtp-concurrency", type=int, default=50)
     add("--smtp-repeat", type=int, default=5, help="interleaved rounds of the SMTP pair")
+    add(
+        "--smtp-relay-delay",
+        type=float,
+        default=0.005,
+        help="seconds a reply for the SMTP pair through a distant relay (default 0.005; 0: skip)",
+    )
     add("--recovery-lease", type=float, default=5.0, help="lease of the killed worker's claims")
     add("--only", default=",".join(SECTIONS), help=f"subset of {SECTIONS + EXTRA_SECTIONS}")
     add("--tracemalloc", action="store_true", help="also tracemalloc peaks for the fan-out (slow)")
@@ -79,6 +85,8 @@ def parse_options(argv: list[str] | None = None) -> Options:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     if args.repeat < 1 or args.smtp_repeat < 1:
         parser.error("--repeat and --smtp-repeat must be at least 1")
+    if args.smtp_relay_delay < 0:
+        parser.error("--smtp-relay-delay must not be negative")
     return Options(
         jobs=args.jobs,
         concurrency=args.concurrency,
@@ -89,6 +97,7 @@ def parse_options(argv: list[str] | None = None) -> Options:
         smtp_messages=args.smtp_messages,
         smtp_concurrency=args.smtp_concurrency,
         smtp_repeat=args.smtp_repeat,
+        smtp_relay_delay=args.smtp_relay_delay,
         recovery_lease=args.recovery_lease,
         sections=sections,
         tracemalloc=args.tracemalloc,
