@@ -144,9 +144,10 @@ class SmtpConfig:
         return f"{self.host}:{self.port}"
 
 
-def _refused(exc: aiosmtplib.SMTPResponseException, where: str) -> Outcome:
-    verdict = Verdict.RETRY if 400 <= exc.code < 500 else Verdict.FAILED
-    return Outcome(verdict, exc.code, f"{where}: {exc.message}")
+def _refused(code: int, message: str, where: str) -> Outcome:
+    """A definitive refusal (``code`` and the relay's ``message``) at ``where``."""
+    verdict = Verdict.RETRY if 400 <= code < 500 else Verdict.FAILED
+    return Outcome(verdict, code, f"{where}: {message}")
 
 
 def _scrubbed(outcome: Outcome, redact: Redactor) -> Outcome:
@@ -232,7 +233,7 @@ class SmtpTransport:
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             client.close()
             cause = self.redact(relay_cause(exc, host=cfg.host, timeout=cfg.command_timeout))
-            detail = self.redact(f"{type(exc).__name__}: {exc}")
+            detail = self.redact(_named(exc))
             raise RelayUnavailable(cause, relay=self.relay_name, detail=detail) from None
         except BaseException:
             client.close()
@@ -326,13 +327,13 @@ class SmtpTransport:
             if isinstance(exc, aiosmtplib.SMTPSenderRefused):
                 where = "MAIL"
             await _reset_or_close(client, self)
-            return _refused(exc, where)
+            return _refused(exc.code, exc.message, where)
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             # Nothing was delivered: no DATA was sent. Safe to retry later.
             client.close()
             if isinstance(exc, ConnectionError) and not mail_answered:
-                return _Stale(f"{type(exc).__name__}: {exc}")  # disconnected, reset, broken pipe
-            return Outcome(Verdict.RETRY, None, f"before DATA: {type(exc).__name__}: {exc}")
+                return _Stale(_named(exc))  # disconnected, reset, broken pipe
+            return Outcome(Verdict.RETRY, None, f"before DATA: {_named(exc)}")
         return _PreparedSmtp(self, client, envelope)
 
     def mail_from(self, envelope: Envelope) -> str:
@@ -398,8 +399,7 @@ class _PreparedSmtp:
         if response.code != aiosmtplib.SMTPStatus.start_input:
             # Refused before any of the message: the session is still in command mode.
             await _reset_or_close(client, self.transport)
-            refused = aiosmtplib.SMTPDataError(response.code, response.message)
-            return self._scrubbed(_refused(refused, "DATA"))
+            return self._scrubbed(_refused(response.code, response.message, "DATA"))
         self._waiting = True
         return None
 
@@ -419,7 +419,7 @@ class _PreparedSmtp:
             # Nothing of the message went out. The same payload would fail the same way
             # again, so this is final for the job, not a retry.
             await self.abandon()
-            return Outcome(Verdict.FAILED, None, f"cannot sign: {type(exc).__name__}: {exc}")
+            return Outcome(Verdict.FAILED, None, f"cannot sign: {_named(exc)}")
         try:
             not_ready = await self.ready()
         except asyncio.CancelledError:
@@ -429,7 +429,7 @@ class _PreparedSmtp:
             return not_ready
         protocol = client.protocol
         try:
-            if protocol is None:
+            if protocol is None:  # lost after the 354
                 raise aiosmtplib.SMTPServerDisconnected("Connection lost")
             # Written and answered as aiosmtplib's data() does after its 354, whose DATA
             # command ``ready`` sent; a write that raises has handed nothing to the socket.
@@ -449,7 +449,7 @@ class _PreparedSmtp:
         if response.code != aiosmtplib.SMTPStatus.completed:
             # A definitive refusal; still, never reuse a connection after a refused message.
             client.close()
-            return _refused(aiosmtplib.SMTPDataError(response.code, response.message), "DATA")
+            return _refused(response.code, response.message, "DATA")
         self.transport._reuse(client)
         return Outcome(Verdict.SENT, response.code, response.message)
 
