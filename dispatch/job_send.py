@@ -25,7 +25,7 @@ from dispatch.rate_gate import RateGate
 from dispatch.relay_circuit import RelayGate
 from dispatch.send_windows import UnreadableWindow, closed_until
 from dispatch.states import State
-from dispatch.store import ClaimedJob, Completion, Deferral, LeaseRow
+from dispatch.store import ClaimedJob, Completion, Deferral, Lease, LeaseRow
 from dispatch.transport import Outcome, Transport, TransportConfigError, Verdict, new_envelope
 from dispatch.window_gate import WindowGate
 from dispatch.worker_config import WorkerConfig
@@ -78,14 +78,15 @@ class JobSender:
         self.stop_for = stop_for
         self.rates = rates  # told every outcome: a 421 slows the recipient's domain down
         self.observer = observer  # told each outcome and each delivery's duration (metrics)
-        self.past_t4: set[int] = set()  # jobs between their T4 commit and the end of the send
         # Sends holding one of the worker's ``concurrency`` slots: from their start until their
         # transport call is over (the reply to DATA read, or the send ended before it). The
         # outcome's commit (T5) that follows holds no slot: the connection is already back in
         # the pool, and a slot held through the commit would leave that connection idle while
         # the relay could take the next message (measured: with 50 slots, ~40% fewer messages
         # in DATA at once than 50 connections, and so smaller groups at a grouping relay).
-        self._on_wire: set[int] = set()
+        # By lease, as everything about a send: the job may be claimed again (after a
+        # hand-back) while this claim's send is still finishing (dispatch.held_leases).
+        self._on_wire: set[Lease] = set()
         self.slot_freed = slot_freed
 
     @property
@@ -100,21 +101,20 @@ class JobSender:
     def occupy(self, job: ClaimedJob) -> None:
         """Count ``job`` on the wire from now (before its task first runs) until its send is
         off it."""
-        self._on_wire.add(job.id)
+        self._on_wire.add(job.lease)
 
     async def send(self, job: ClaimedJob) -> None:
         try:
             await self._send_unguarded(job)
         finally:
-            self.leases.drop(job.id)
-            self.past_t4.discard(job.id)
+            self.leases.drop(job.lease)
             if self.rates is not None:
-                self.rates.forget(job.id)
+                self.rates.forget(job.lease)
             self._off_the_wire(job)
 
     def _off_the_wire(self, job: ClaimedJob) -> None:
-        if job.id in self._on_wire:
-            self._on_wire.discard(job.id)
+        if job.lease in self._on_wire:
+            self._on_wire.discard(job.lease)
             self.slot_freed()
 
     async def _send_unguarded(self, job: ClaimedJob) -> None:
@@ -167,7 +167,7 @@ class JobSender:
         # round trip hides behind the commit, and nothing of the message goes out before it.
         # A job that takes rate slots asks after its T4 (in deliver): a slot refused at T4
         # (W3, common under a limit) would cost the connection, closed in the middle of DATA.
-        keys = self.rates.admitted_keys(job.id) if self.rates is not None else ()
+        keys = self.rates.admitted_keys(job.lease) if self.rates is not None else ()
         readying = None if keys else prepared.ready()
         try:
             started_at = await self._start_send(job, keys)
@@ -180,7 +180,6 @@ class JobSender:
             if started_at is _NotStarted.REFUSED:
                 await self._settle(job)
             return
-        self.past_t4.add(job.id)
         await self.instrumentation.after_t4_commit(job)
         delivering = time.monotonic()
         outcome = await prepared.deliver(started_at)
@@ -242,7 +241,7 @@ class JobSender:
 
     def _lease_left(self, job: ClaimedJob) -> bool:
         """Whether the lease surely lasts past T4's margin (so a T4 may still be tried)."""
-        return time.monotonic() < self.leases.deadline(job.id) - self.config.t4_margin_seconds
+        return time.monotonic() < self.leases.deadline(job.lease) - self.config.t4_margin_seconds
 
     async def _settle(self, job: ClaimedJob) -> None:
         with contextlib.suppress(Exception):
@@ -273,7 +272,7 @@ class JobSender:
                 break
             except Exception as exc:
                 failed_before = True
-                if time.monotonic() > self.leases.deadline(job.id):
+                if time.monotonic() > self.leases.deadline(job.lease):
                     # The lease is gone: recovery owns the job now (R1/R2 decide its fate).
                     log.error(
                         "giving up recording job %s: %s",

@@ -163,7 +163,8 @@ class RateGate:
         self._campaigns: set[str] = set()  # campaigns with a limit, as last read
         self._campaign_rates: dict[str, float] = {}  # their rates (per second), as last read
         # Claims admitted under a limit and not yet at T4, with the keys they will ask for.
-        self._admitted: dict[int, tuple[str, ...]] = {}
+        # By lease, not job id: an earlier claim of the same job may still be finishing.
+        self._admitted: dict[Lease, tuple[str, ...]] = {}
         # Monotonic time until which a key is known to have no slot (learned from a refusal).
         self._dry_until: dict[str, float] = {}
         self._seen: set[str] = set()  # campaigns whose limit (or none) was read
@@ -191,7 +192,7 @@ class RateGate:
                 continue
             due = self._expected_slot(keys, waiting, behind, now)
             if due is None:
-                self._admitted[job.id] = keys
+                self._admitted[job.lease] = keys
                 waiting.update(keys)
             else:
                 deferrals.append(Deferral(job.lease, wall + timedelta(seconds=due)))
@@ -225,17 +226,16 @@ class RateGate:
     def _forget_unheld(self) -> None:
         """Stop counting claims that ended without reaching ``start`` (a safety net: the
         sender forgets each job when its send ends)."""
-        held = self.leases.jobs
-        for job_id in [j for j in self._admitted if j not in held]:
-            del self._admitted[job_id]
+        for lease in [lease for lease in self._admitted if not self.leases.holds(lease)]:
+            del self._admitted[lease]
 
-    def forget(self, job_id: int) -> None:
-        """``job_id`` no longer waits for its T4 (started, refused, or its send ended)."""
-        self._admitted.pop(job_id, None)
+    def forget(self, lease: Lease) -> None:
+        """This claim no longer waits for its T4 (started, refused, or its send ended)."""
+        self._admitted.pop(lease, None)
 
-    def admitted_keys(self, job_id: int) -> tuple[str, ...]:
-        """The limited keys ``job_id`` must take a slot of at T4 (() for a job under none)."""
-        return self._admitted.get(job_id, ())
+    def admitted_keys(self, lease: Lease) -> tuple[str, ...]:
+        """The limited keys this claim must take a slot of at T4 (() for one under none)."""
+        return self._admitted.get(lease, ())
 
     # ------------------------------------------------------------ at T4
 
@@ -243,7 +243,7 @@ class RateGate:
         """T4 with the slots of ``keys`` taken in the same transaction (``SlotThenStart``).
         Raises if the commit failed: then neither or both happened (one transaction)."""
         slotted = await self.committer.submit(SlotThenStart(job.lease, keys))
-        self.forget(job.id)
+        self.forget(job.lease)
         if slotted.due is not None:
             self.handed_back(job)
             if len(keys) == 1:  # which key refused is certain only then
@@ -255,8 +255,8 @@ class RateGate:
         """``job`` was refused a slot at T4 and is pending again (W3 committed with its token):
         no longer held, and counted. Also for a T4 whose commit failed and whose re-read
         found the job handed back (dispatch.job_send), so the report says the same either way."""
-        self.forget(job.id)
-        self.leases.drop(job.id)
+        self.forget(job.lease)
+        self.leases.drop(job.lease)
         self.report.rate_limited += 1
 
     def keys_of(self, job: ClaimedJob) -> tuple[str, ...]:
@@ -271,7 +271,7 @@ class RateGate:
 
     async def _hand_back(self, deferrals: list[Deferral]) -> None:
         for deferral in deferrals:
-            self.leases.drop(deferral.lease[0])
+            self.leases.drop(deferral.lease)
         try:
             handed = await self.committer.submit(RateLimited(tuple(deferrals)))
         except Exception as exc:

@@ -252,7 +252,7 @@ class RelayGate:
     ) -> None:
         """W4 for this claim, due when the breaker next lets a send try the relay. If the write
         fails, the claim lapses and recovery gives it back (R1)."""
-        self.leases.drop(job.id)
+        self.leases.drop(job.lease)
         try:
             done = await self.outbox.relay_hand_back(
                 [job.lease], retry_in=circuit.wait(), why=error.line

@@ -36,7 +36,7 @@ class WindowGate:
         """W2 for these claims. They are never sent by this worker, whatever the outcome: if
         the write fails, the claims lapse and recovery gives them back (R1)."""
         for deferral in deferrals:
-            self.leases.drop(deferral.lease[0])
+            self.leases.drop(deferral.lease)
         try:
             deferred = await self.outbox.defer(deferrals)
         except Exception as exc:

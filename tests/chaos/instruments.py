@@ -151,9 +151,8 @@ def trust_every_lease(leases: HeldLeases) -> None:
     started the moment a DATA reply freed its slot (refused locally: no duplicate), or the
     heartbeat (naive: it renews every deadline). The meta-test needs the duplicate every time.
     """
-    held = leases.jobs
 
-    def deadline(job_id: int) -> float:
-        return math.inf if job_id in held else 0.0
+    def deadline(lease: Lease) -> float:
+        return math.inf if leases.holds(lease) else 0.0
 
     leases.deadline = deadline  # type: ignore[method-assign]

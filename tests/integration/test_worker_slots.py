@@ -15,7 +15,7 @@ from dispatch.instrumentation import NullInstrumentation
 from dispatch.outbox_client import OutboxClient
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State
-from dispatch.store import ClaimedJob, OutboxStore
+from dispatch.store import ClaimedJob, Lease, OutboxStore
 from dispatch.worker import Worker
 from tests.support.campaign_files import fast_config, run_worker
 from tests.support.factories import launch, write_yaml
@@ -102,11 +102,11 @@ class NewSendWatch(NullInstrumentation):
     RCPT accepted."""
 
     def __init__(self) -> None:
-        self.on_wire_before: set[int] = set()
+        self.on_wire_before: set[Lease] = set()
         self.new_send = asyncio.Event()
 
     async def after_rcpt(self, job: ClaimedJob) -> None:
-        if job.id not in self.on_wire_before:
+        if job.lease not in self.on_wire_before:
             self.new_send.set()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -77,8 +78,8 @@ def test_a_bursts_worth_per_key_waits_for_t4_and_the_rest_go_back_one_interval_a
     before = datetime.now(UTC)
     jobs = [job(i, f"{i}@slow.test") for i in range(1, 6)] + [job(9, "f@free.test")]
     assert admit(g, jobs) == [1, 2, 9]  # slow.test at 2/s: a burst of 2
-    assert g.admitted_keys(1) == ("domain:slow.test",)
-    assert g.admitted_keys(9) == ()  # under no limit: the plain T4
+    assert g.admitted_keys((1, 1)) == ("domain:slow.test",)
+    assert g.admitted_keys((9, 1)) == ()  # under no limit: the plain T4
     dues = [(d.lease[0], (d.not_before - before).total_seconds()) for d in committer.handed_back]
     assert [i for i, _ in dues] == [3, 4, 5]
     for (_, due), expected in zip(dues, [0.5, 1.0, 1.5], strict=True):
@@ -86,10 +87,10 @@ def test_a_bursts_worth_per_key_waits_for_t4_and_the_rest_go_back_one_interval_a
     assert g.report.rate_limited == 3
     assert set(g.leases.jobs) == {1, 2, 9}  # those handed back are not ours to send
     # One of the two reached its T4 (or its send ended): one more may wait.
-    g.forget(1)
+    g.forget((1, 1))
     assert admit(g, [job(6, "6@slow.test"), job(7, "7@slow.test")]) == [6]
     # A claim that ended without reaching T4 (its lease dropped) stops counting too.
-    g.leases.drop(2)
+    g.leases.drop((2, 1))
     assert admit(g, [job(8, "8@slow.test")]) == [8]
 
 
@@ -98,7 +99,7 @@ def test_a_slot_refused_at_t4_hands_the_job_back_and_keeps_the_key_dry_until_its
     g = gate(committer, set())
     first = job(1, "a@slow.test")
     assert admit(g, [first]) == [1]
-    slotted = asyncio.run(g.start(first, g.admitted_keys(1)))
+    slotted = asyncio.run(g.start(first, g.admitted_keys((1, 1))))
     assert slotted.started is None
     assert slotted.due is not None
     assert committer.asked[0].keys == ("domain:slow.test",)
@@ -110,6 +111,19 @@ def test_a_slot_refused_at_t4_hands_the_job_back_and_keeps_the_key_dry_until_its
     later = [(d.not_before - datetime.now(UTC)).total_seconds() for d in committer.handed_back]
     assert 2.5 < later[0] <= 3.0
     assert 3.0 < later[1] <= 3.5  # one interval (0.5 s) after
+
+
+def test_an_earlier_claims_end_leaves_the_keys_of_the_jobs_new_claim() -> None:
+    g = gate(Committer(), set())
+    first = job(1, "a@slow.test")
+    assert admit(g, [first]) == [1]
+    again = replace(first, token=2)  # refused at T4, then claimed again before its send ended
+    assert admit(g, [again]) == [1]
+    g.forget(first.lease)  # the first send's clean-up
+    g.leases.drop(first.lease)
+    assert g.admitted_keys(again.lease) == ("domain:slow.test",)
+    assert admit(g, [job(2, "b@slow.test")]) == [2]  # still counted: one of a burst of two
+    assert admit(g, [job(3, "c@slow.test")]) == []
 
 
 def test_claims_whose_hand_back_fails_are_not_sent() -> None:
