@@ -30,7 +30,9 @@ claims); the grant at T4 is the only authority.
 
 A job under no limit costs nothing here: which campaigns have a limit is read at start, when
 a claim brings a campaign not seen before, and every ``refresh_seconds``, never per job; its
-T4 is the plain one.
+T4 is the plain one. If that read fails, the limits last read stay in force, and a claim of a
+campaign never read goes back (W3) for ``UNKNOWN_LIMIT_WAIT``: its limit is unknown, and a
+limit is never skipped for want of a read (it was, before: such a claim went out unlimited).
 
 A 421, 451 or 454 reply from a limited domain halves that domain's rate for a while
 (``observe``). The slowdown and the refresh run in their own short transactions, not the
@@ -66,6 +68,9 @@ log = logging.getLogger("herald.worker")  # the worker's logger: these are the w
 # Seconds: the longest a refusal keeps a key dry in the worker's estimate (a clock far off the
 # database's must not hold a key back for long; T4 would refuse again anyway).
 _MAX_DRY = 60.0
+# Seconds: how long a claim of a campaign whose limit could not be read goes back for. Its
+# limit is unknown, so it is not sent until the limits are read (fail closed).
+UNKNOWN_LIMIT_WAIT = 1.0
 
 
 class Slotted(NamedTuple):
@@ -175,11 +180,12 @@ class RateGate:
 
     async def admit(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
         """The ``jobs`` that may go on to their T4 (those under no limit, and a burst's worth
-        per limited key); the others are handed back at once (W3) until a slot is expected.
+        per limited key); the others are handed back at once (W3) until a slot is expected,
+        or for ``UNKNOWN_LIMIT_WAIT`` when their campaign's limit could not be read.
         No slot is taken here: ``start`` takes it."""
         if not jobs:
             return jobs
-        await self._refresh(jobs)
+        known = await self._refresh(jobs)
         self._forget_unheld()
         waiting = Counter(key for keys in self._admitted.values() for key in keys)
         now = time.monotonic()
@@ -187,6 +193,9 @@ class RateGate:
         behind: Counter[str] = Counter()  # handed back in this batch, per key
         deferrals: list[Deferral] = []
         for job in jobs:
+            if not known and job.campaign not in self._seen:
+                deferrals.append(Deferral(job.lease, wall + timedelta(seconds=UNKNOWN_LIMIT_WAIT)))
+                continue
             keys = self.keys_of(job)
             if not keys:
                 continue
@@ -292,23 +301,25 @@ class RateGate:
         waits for a read at most, not for a new connection and the writes."""
         await self._refresh([])
 
-    async def _refresh(self, jobs: list[ClaimedJob]) -> None:
+    async def _refresh(self, jobs: list[ClaimedJob]) -> bool:
+        """Read which campaigns have a limit when due; False if the read failed (then the
+        last known limits stay, and a campaign never read has an unknown limit)."""
         now = time.monotonic()
         fresh = self._read_at is not None and now - self._read_at < self.refresh_seconds
         if fresh and all(job.campaign in self._seen for job in jobs):
-            return
+            return True
         try:
             limited = await asyncio.to_thread(self._read_limits)
         except Exception as exc:
-            # Keep the last known limits (none at first: then domain limits still apply).
             log.warning("reading rate limits failed: %s", exc, extra={"event": "rate_read_failed"})
-            return
+            return False
         self._campaign_rates = {
             key.removeprefix("campaign:"): rate for key, rate in limited.items()
         }
         self._campaigns = set(self._campaign_rates)
         self._seen = self._campaigns | {job.campaign for job in jobs}
         self._read_at = now
+        return True
 
     def _read_limits(self) -> dict[str, float]:
         """One short transaction: write this worker's domain limits (the first time), read

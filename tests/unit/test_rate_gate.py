@@ -14,7 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.held_leases import HeldLeases
-from dispatch.rate_gate import RateGate, RateLimited, Slotted, SlotThenStart, recipient_domain
+from dispatch.rate_gate import (
+    UNKNOWN_LIMIT_WAIT,
+    RateGate,
+    RateLimited,
+    Slotted,
+    SlotThenStart,
+    recipient_domain,
+)
 from dispatch.rates import domain_of
 from dispatch.store import ClaimedJob, Deferral
 from dispatch.worker_report import WorkerReport
@@ -28,11 +35,18 @@ def job(job_id: int, recipient: str, campaign: str = "c", channel: str = "email"
     )  # fmt: skip
 
 
+class Unreachable:
+    def begin(self) -> Any:
+        raise ConnectionError("database unreachable")
+
+
 class Committer:
     """Answers the gate's requests: hands back every claim asked (or fails), refuses every
     slot at T4 with the given due moment."""
 
     def __init__(self, *, fail: bool = False, due_in: float = 3.0) -> None:
+        self.engine = Unreachable()  # reading the limits fails (gate() skips it: fresh)
+        self.store = None
         self.fail = fail
         self.due_in = due_in
         self.handed_back: list[Deferral] = []
@@ -124,6 +138,38 @@ def test_an_earlier_claims_end_leaves_the_keys_of_the_jobs_new_claim() -> None:
     assert g.admitted_keys(again.lease) == ("domain:slow.test",)
     assert admit(g, [job(2, "b@slow.test")]) == [2]  # still counted: one of a burst of two
     assert admit(g, [job(3, "c@slow.test")]) == []
+
+
+def test_a_claim_whose_campaign_limit_cannot_be_read_goes_back_for_a_while() -> None:
+    committer = Committer()
+    g = gate(committer, set())
+    g._read_at, g._seen = None, set()  # a read is due, and none ever succeeded: it fails
+    before = datetime.now(UTC)
+    assert admit(g, [job(1, "a@free.test"), job(2, "b@slow.test", campaign="d")]) == []
+    for deferral in committer.handed_back:
+        wait = (deferral.not_before - before).total_seconds()
+        assert UNKNOWN_LIMIT_WAIT <= wait < UNKNOWN_LIMIT_WAIT + 0.5
+    assert g.report.rate_limited == 2
+    assert not g.leases.jobs
+    # What a read found before stays in force when a later one fails: "c" has no limit.
+    g._seen = {"c"}
+    assert admit(g, [job(3, "c@free.test"), job(4, "d@free.test", campaign="new")]) == [3]
+
+
+@given(
+    st.lists(st.sampled_from(["c", "d", "e", "f"]), min_size=1, max_size=8),
+    st.sets(st.sampled_from(["c", "d", "e", "f"])),
+    st.sets(st.sampled_from(["c", "d", "e", "f"])),
+)
+def test_no_claim_goes_on_under_a_limit_never_read(
+    campaigns: list[str], seen: set[str], limited: set[str]
+) -> None:
+    g = gate(Committer(), limited & seen)
+    g._read_at, g._seen = None, seen  # the read that would tell about the others fails
+    jobs = [job(i, f"{i}@free.test", campaign=c) for i, c in enumerate(campaigns, 1)]
+    admitted = admit(g, jobs)
+    assert all(jobs[i - 1].campaign in seen for i in admitted)
+    assert all(j.id in admitted for j in jobs if j.campaign in seen - limited)
 
 
 def test_claims_whose_hand_back_fails_are_not_sent() -> None:
