@@ -162,3 +162,17 @@ def next_slot(tat: float | None, now: float, per_second: float) -> float:
     if tat is None:
         return now
     return max(now, tat - tolerance(per_second))
+
+
+def slot_after(tat: float | None, now: float, per_second: float, ahead: int) -> float:
+    """When a send would be allowed if ``ahead`` others took their slots first, at ``now``:
+    ``next_slot`` after ``ahead`` grants (``now`` when it would be now). A worker's estimate of
+    the slot a claim would find at T4, with the claims it already let wait for theirs."""
+    start = now if tat is None or tat < now else tat
+    return max(now, start + ahead / per_second - tolerance(per_second))
+
+
+def granted(tat: float | None, now: float, per_second: float) -> float:
+    """The TAT after a send allowed at ``now`` (``acquire``'s, without the check)."""
+    start = now if tat is None or tat < now else tat
+    return start + 1.0 / per_second

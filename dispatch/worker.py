@@ -53,6 +53,10 @@ __all__ = ["Worker", "WorkerConfig", "WorkerReport", "default_owner", "utc_now"]
 
 log = logging.getLogger("herald.worker")
 
+# Seconds: the least a worker waits before claiming again for a job handed back and due (its
+# due moment, on this host's clock, may not have come yet on the database's).
+MIN_CLAIM_WAIT = 0.01
+
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
@@ -97,9 +101,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._backlog: deque[ClaimedJob] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
-        # When a claim last came back empty: claims pause for poll_interval after one, unless
-        # recovery has since put jobs back (then they are claimed at once).
-        self._dry_since: float | None = None
+        # After a claim that started nothing, no claim before this moment (monotonic): the
+        # poll interval later, or sooner when a job handed back for its rate slot is due
+        # sooner; None once recovery has put jobs back (then they are claimed at once).
+        self._claim_after: float | None = None
         self._next_recovery_in = self.config.recovery_interval
         self.leases = HeldLeases(self.config.lease_seconds)
         self.windows = WindowGate(self._outbox, self.leases, self.report)
@@ -199,27 +204,41 @@ class Worker:
         while not self.stopping:
             room = prefetch - len(self._backlog) - len(self._inflight)
             worth_claiming = room > 0 and (not self._backlog or room >= cfg.concurrency // 2)
-            recently_dry = self._dry_since is not None and (
-                time.monotonic() - self._dry_since < cfg.poll_interval
-            )
+            recently_dry = self._claim_after is not None and time.monotonic() < self._claim_after
             claimed = 0
             # While the relay is known down, claiming would only hand jobs straight back.
             if worth_claiming and not recently_dry and not self.relay.holding():
                 # At most a wave of sends per claim: the first claim of a drain is then half
                 # the prefetch, and its sends start while the next claim runs.
                 claimed = len(await self._claim(min(room, cfg.concurrency)))
-                self._dry_since = None if claimed else time.monotonic()
+                self._claim_after = None if claimed else self._next_claim_at()
             self._start_sends()
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:
                 continue  # the queue is flowing: fill up before waiting
             if self._inflight or self._backlog:
                 self._wake.clear()
-                await self._wait_wake(cfg.poll_interval)
+                await self._wait_wake(self._until_next_claim())
                 continue
             if cfg.until_idle and not await self._has_work():
                 return
             self._wake.clear()
             await self._wait_wake(await self._idle_wait())
+
+    def _next_claim_at(self) -> float:
+        """When to claim again after a claim that started nothing: after the poll interval,
+        or as soon as a job this worker handed back until its rate slot is due (at 50/s a slot
+        comes every 20 ms; waiting the poll interval left the limit a third unused)."""
+        now = time.monotonic()
+        due = self.rates.next_due()
+        if due is None:
+            return now + self.config.poll_interval
+        return now + min(self.config.poll_interval, max(MIN_CLAIM_WAIT, due - now))
+
+    def _until_next_claim(self) -> float:
+        """How long the loop may wait for a send to end before it should claim again."""
+        if self._claim_after is None:
+            return self.config.poll_interval
+        return min(self.config.poll_interval, self._claim_after - time.monotonic())
 
     def _start_sends(self) -> None:
         """Give every free slot a job of the backlog. A slot is a send on the wire; sends whose
@@ -256,6 +275,7 @@ class Worker:
     async def _claim(self, room: int) -> list[ClaimedJob]:
         """Claim up to ``room`` jobs; the ones that may go out now join the backlog and are
         returned (those outside their send window are handed back at once)."""
+        asked_at = time.monotonic()
         try:
             jobs = await self.outbox.claim(room)
         except Exception as exc:
@@ -267,6 +287,7 @@ class Worker:
             await asyncio.sleep(self.config.poll_interval)
             return []
         self.leases.hold(jobs, time.monotonic())
+        self.rates.claimed_at(asked_at)  # what was due then, this claim took
         self.report.claimed += len(jobs)
         if jobs:
             self.observer.on_claim_batch(len(jobs))
@@ -341,7 +362,7 @@ class Worker:
         self._next_recovery_in = self.config.next_recovery_in(report.held)
         if report.released or report.resent:
             # Jobs are pending again: claim them now, not after the idle poll.
-            self._dry_since = None
+            self._claim_after = None
             self._wake.set()
         self.observer.on_recovery(report)
         self.report.recovered += report.released + report.in_doubt + report.dead

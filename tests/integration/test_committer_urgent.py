@@ -24,7 +24,7 @@ import dispatch.committer as committer_module
 from dispatch.commit_batch import SPLIT_AT, Pending, Whole, urgent_first
 from dispatch.commit_requests import Complete, LeaseState, StartSend
 from dispatch.committer import GroupCommitter
-from dispatch.rate_gate import SlotThenStart
+from dispatch.rate_requests import SlotThenStart
 from dispatch.states import State
 from dispatch.store import ClaimedJob, Completion, Lease, OutboxStore
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from dispatch import rates
 from dispatch.commit_requests import CommitContext
 from dispatch.instrumentation import NULL_INSTRUMENTATION
-from dispatch.rate_gate import Slotted, SlotThenStart
+from dispatch.rate_requests import Slotted, SlotThenStart
 from dispatch.states import State
 from tests.integration.test_outbox_contract import claim, enqueue, harness, past
 from tests.support.examples import examples

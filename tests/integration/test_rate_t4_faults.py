@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatch.models import rate_limit, send_job
-from dispatch.rate_gate import SlotThenStart
+from dispatch.rate_requests import SlotThenStart
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.worker import Worker
 from tests.integration.test_db_faults import inject, launch

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,11 +19,12 @@ from sqlalchemy.engine import Engine
 
 from campaigns.control import register
 from campaigns.spec import load_campaign
+from dispatch.instrumentation import NullInstrumentation
 from dispatch.models import rate_limit, send_event, send_job
 from dispatch.rates import burst
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State, is_valid_path
-from dispatch.store import OutboxStore
+from dispatch.store import ClaimedJob, OutboxStore
 from dispatch.worker import Worker, WorkerConfig
 from tests.support.campaign_files import fast_config
 from tests.support.factories import launch, write_yaml
@@ -103,6 +105,57 @@ def test_a_campaign_rate_paces_its_sends_and_hands_back_the_rest_uncounted(
         paths.setdefault(e.job_id, []).append((e.from_state, e.to_state))
     assert all(is_valid_path(p) for p in paths.values())
     assert any(e.detail and e.detail.startswith("rate limited; due") for e in events)
+
+
+class CountsTransactions(NullInstrumentation):
+    """Counts the SMTP transactions that got as far as RCPT accepted."""
+
+    def __init__(self) -> None:
+        self.transactions = 0
+
+    async def after_rcpt(self, job: ClaimedJob) -> None:
+        self.transactions += 1
+
+
+def test_under_a_rate_limit_the_relay_sees_no_transaction_without_its_message(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    """A claim let through to its T4 before its slot is refused there, after MAIL and RCPT,
+    and its transaction reset: the relay counts it all the same (some count recipients per
+    hour). The worker's estimate of the key keeps every claim it lets through within a slot."""
+    recipients = [f"r{i}@example.com" for i in range(90)]
+    assert launch(engine, campaign(tmp_path / "steady", recipients, "40/s")).new_jobs == 90
+    counts = CountsTransactions()
+    transport = SmtpTransport(
+        SmtpConfig(host=smtp_server.host, port=smtp_server.port, command_timeout=10)
+    )
+    config = fast_config(concurrency=20)
+    worker = Worker(engine, {"email": transport}, config, instrumentation=counts)
+    asyncio.run(worker.run())
+    assert len(sent_rows(engine)) == 90
+    assert worker.report.rate_limited > 0  # 50 of them waited for their slots
+    assert counts.transactions == 90
+
+
+def test_a_claim_comes_when_a_job_handed_back_is_due_not_a_poll_interval_later(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    """A claim that only hands jobs back (their slots are to come) finds the queue "dry"; the
+    next one was then a poll interval away (1 s by default), while at 50/s a slot comes every
+    20 ms: the limit went a third unused. Here the interval is 30 s: the 60 sends at 50/s
+    (a second's burst, then 0.2 s) must not wait for it even once."""
+    recipients = [f"r{i}@example.com" for i in range(60)]
+    assert launch(engine, campaign(tmp_path / "prompt", recipients, "50/s")).new_jobs == 60
+    worker = Worker(
+        engine,
+        {"email": SmtpTransport(SmtpConfig(host=smtp_server.host, port=smtp_server.port))},
+        fast_config(concurrency=20, poll_interval=30.0),
+    )
+    started = time.monotonic()
+    asyncio.run(worker.run())
+    assert time.monotonic() - started < 30.0
+    assert len(sent_rows(engine)) == 60
+    assert worker.report.rate_limited > 0
 
 
 def test_a_domain_limit_slows_that_domain_while_others_go_at_once(

@@ -10,18 +10,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.held_leases import HeldLeases
-from dispatch.rate_gate import (
-    UNKNOWN_LIMIT_WAIT,
-    RateGate,
-    RateLimited,
-    Slotted,
-    SlotThenStart,
-    recipient_domain,
-)
+from dispatch.rate_gate import UNKNOWN_LIMIT_WAIT, RateGate, recipient_domain
+from dispatch.rate_requests import RateLimited, Slotted, SlotThenStart
 from dispatch.rates import domain_of
 from dispatch.store import ClaimedJob, Deferral
 from dispatch.worker_report import WorkerReport
@@ -44,7 +39,8 @@ class Committer:
     """Answers the gate's requests: hands back every claim asked (or fails), refuses every
     slot at T4 with the given due moment."""
 
-    def __init__(self, *, fail: bool = False, due_in: float = 3.0) -> None:
+    def __init__(self, *, fail: bool = False, due_in: float = 3.0, grant: bool = False) -> None:
+        self.grant = grant
         self.engine = Unreachable()  # reading the limits fails (gate() skips it: fresh)
         self.store = None
         self.fail = fail
@@ -57,6 +53,8 @@ class Committer:
             raise RuntimeError("connection lost")
         if isinstance(request, SlotThenStart):
             self.asked.append(request)
+            if self.grant:
+                return Slotted(datetime.now(UTC), None)
             return Slotted(None, datetime.now(UTC) + timedelta(seconds=self.due_in))
         assert isinstance(request, RateLimited)
         self.handed_back.extend(request.deferrals)
@@ -119,12 +117,47 @@ def test_a_slot_refused_at_t4_hands_the_job_back_and_keeps_the_key_dry_until_its
     assert committer.asked[0].keys == ("domain:slow.test",)
     assert 1 not in g.leases.jobs  # handed back (W3) by that same transaction
     assert g.report.rate_limited == 1
-    # The next claims of that key go back at once, due at the slot and after, without an
-    # SMTP transaction each; other domains are not held.
+    # The next claims of that key go back at once, without an SMTP transaction each: the
+    # refused job has the slot at 3 s, so they are due one interval (0.5 s) after it, and
+    # after each other. Other domains are not held.
     assert admit(g, [job(2, "b@slow.test"), job(3, "c@slow.test"), job(4, "d@free.test")]) == [4]
     later = [(d.not_before - datetime.now(UTC)).total_seconds() for d in committer.handed_back]
-    assert 2.5 < later[0] <= 3.0
-    assert 3.0 < later[1] <= 3.5  # one interval (0.5 s) after
+    assert 3.0 < later[0] <= 3.5
+    assert 3.5 < later[1] <= 4.0
+
+
+def test_after_its_own_burst_a_worker_lets_no_claim_meet_a_refusal_at_t4() -> None:
+    """Its grants move its estimate of the key: once the burst is taken, the next claims go
+    back one interval apart, from one claim to the next, before any SMTP transaction."""
+    committer = Committer(grant=True)
+    g = gate(committer, set())
+    burst = [job(1, "a@slow.test"), job(2, "b@slow.test")]  # slow.test: 2/s, a burst of 2
+    assert admit(g, burst) == [1, 2]
+    before = datetime.now(UTC)
+    for claimed in burst:
+        assert asyncio.run(g.start(claimed, g.admitted_keys(claimed.lease))).started is not None
+    assert admit(g, [job(3, "c@slow.test"), job(4, "d@slow.test")]) == []
+    assert admit(g, [job(5, "e@slow.test")]) == []  # a later claim: after those, not with them
+    after = datetime.now(UTC)
+    # Due 0.5, 1.0 and 1.5 s after the burst's grants (made between ``before`` and ``after``).
+    for deferral, expected in zip(committer.handed_back, [0.5, 1.0, 1.5], strict=True):
+        assert (deferral.not_before - before).total_seconds() >= expected - 0.01
+        assert (deferral.not_before - after).total_seconds() <= expected + 0.01
+    assert g.report.rate_limited == 3
+
+
+def test_the_worker_learns_when_the_claims_it_handed_back_are_due() -> None:
+    g = gate(Committer(), set())
+    assert g.next_due() is None
+    before = time.monotonic()
+    assert admit(g, [job(i, f"{i}@slow.test") for i in range(1, 5)]) == [1, 2]  # 2/s: burst 2
+    soonest = g.next_due()
+    assert soonest is not None
+    assert before + 0.5 <= soonest <= time.monotonic() + 0.5  # job 3, one interval on
+    g.claimed_at(soonest)  # a claim made then took job 3 back; job 4 is due 0.5 s later
+    assert g.next_due() == pytest.approx(soonest + 0.5)
+    g.claimed_at(soonest + 0.5)
+    assert g.next_due() is None
 
 
 def test_an_earlier_claims_end_leaves_the_keys_of_the_jobs_new_claim() -> None:

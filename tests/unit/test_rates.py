@@ -151,3 +151,25 @@ def test_a_patient_sender_gets_the_burst_then_exactly_the_rate(
     assert ok
     assert later is not None
     assert math.isfinite(later)
+
+
+@given(
+    per_second=per_seconds,
+    now=st.floats(min_value=0, max_value=1e6),
+    behind=st.floats(min_value=-10, max_value=10),
+    ahead=st.integers(min_value=0, max_value=50),
+)
+def test_the_slot_after_others_is_the_next_slot_once_they_took_theirs(
+    per_second: float, now: float, behind: float, ahead: int
+) -> None:
+    """``slot_after`` is ``next_slot`` after ``ahead`` grants at ``now``, and ``granted`` is the
+    TAT ``acquire`` leaves when it allows: the worker's estimate is the table's arithmetic."""
+    start: float | None = now + behind if behind > -10 else None
+    tat = start
+    for _ in range(ahead):
+        tat = rates.granted(tat, now, per_second)
+    expected = rates.next_slot(tat, now, per_second)
+    assert rates.slot_after(start, now, per_second, ahead) == pytest.approx(expected, abs=1e-6)
+    ok, acquired = rates.acquire(start, now, per_second)
+    if ok:
+        assert acquired == rates.granted(start, now, per_second)
