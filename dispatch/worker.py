@@ -101,10 +101,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._backlog: deque[ClaimedJob] = deque()
         self._inflight: set[asyncio.Task[None]] = set()
-        # After a claim that started nothing, no claim before this moment (monotonic): the
-        # poll interval later, or sooner when a job handed back for its rate slot is due
-        # sooner; None once recovery has put jobs back (then they are claimed at once).
-        self._claim_after: float | None = None
+        # When a claim last started nothing (monotonic): the next waits for the poll interval,
+        # or less when a job handed back for its rate slot is due sooner (``_next_claim_at``);
+        # None once recovery has put jobs back (then they are claimed at once).
+        self._dry_since: float | None = None
         self._next_recovery_in = self.config.recovery_interval
         self.leases = HeldLeases(self.config.lease_seconds)
         self.windows = WindowGate(self._outbox, self.leases, self.report)
@@ -204,14 +204,14 @@ class Worker:
         while not self.stopping:
             room = prefetch - len(self._backlog) - len(self._inflight)
             worth_claiming = room > 0 and (not self._backlog or room >= cfg.concurrency // 2)
-            recently_dry = self._claim_after is not None and time.monotonic() < self._claim_after
+            recently_dry = time.monotonic() < self._next_claim_at()
             claimed = 0
             # While the relay is known down, claiming would only hand jobs straight back.
             if worth_claiming and not recently_dry and not self.relay.holding():
                 # At most a wave of sends per claim: the first claim of a drain is then half
                 # the prefetch, and its sends start while the next claim runs.
                 claimed = len(await self._claim(min(room, cfg.concurrency)))
-                self._claim_after = None if claimed else self._next_claim_at()
+                self._dry_since = None if claimed else time.monotonic()
             self._start_sends()
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:
                 continue  # the queue is flowing: fill up before waiting
@@ -225,20 +225,21 @@ class Worker:
             await self._wait_wake(await self._idle_wait())
 
     def _next_claim_at(self) -> float:
-        """When to claim again after a claim that started nothing: after the poll interval,
-        or as soon as a job this worker handed back until its rate slot is due (at 50/s a slot
-        comes every 20 ms; waiting the poll interval left the limit a third unused)."""
-        now = time.monotonic()
+        """When a claim is worth making (monotonic): at once, unless the last one started
+        nothing; then after the poll interval, or as soon as a job this worker handed back
+        until its rate slot is due (at 50/s a slot comes every 20 ms: waiting the poll
+        interval left the limit a third unused)."""
+        if self._dry_since is None:
+            return 0.0
+        at = self._dry_since + self.config.poll_interval
         due = self.rates.next_due()
-        if due is None:
-            return now + self.config.poll_interval
-        return now + min(self.config.poll_interval, max(MIN_CLAIM_WAIT, due - now))
+        if due is not None:
+            at = min(at, max(due, self._dry_since + MIN_CLAIM_WAIT))
+        return at
 
     def _until_next_claim(self) -> float:
         """How long the loop may wait for a send to end before it should claim again."""
-        if self._claim_after is None:
-            return self.config.poll_interval
-        return min(self.config.poll_interval, self._claim_after - time.monotonic())
+        return min(self.config.poll_interval, self._next_claim_at() - time.monotonic())
 
     def _start_sends(self) -> None:
         """Give every free slot a job of the backlog. A slot is a send on the wire; sends whose
@@ -362,7 +363,7 @@ class Worker:
         self._next_recovery_in = self.config.next_recovery_in(report.held)
         if report.released or report.resent:
             # Jobs are pending again: claim them now, not after the idle poll.
-            self._claim_after = None
+            self._dry_since = None
             self._wake.set()
         self.observer.on_recovery(report)
         self.report.recovered += report.released + report.in_doubt + report.dead
