@@ -129,10 +129,10 @@ class RateGate:
     # ------------------------------------------------------------ at claim
 
     async def admit(self, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        """The ``jobs`` that may go on to their T4 (those under no limit, and a burst's worth
-        per limited key); the others are handed back at once (W3) until a slot is expected,
-        or for ``UNKNOWN_LIMIT_WAIT`` when their campaign's limit could not be read.
-        No slot is taken here: ``start`` takes it."""
+        """The ``jobs`` that may go on to their T4 (those under no limit, and those whose
+        slot has come by this worker's estimate); the others are handed back at once (W3)
+        until their slot is expected, or for ``UNKNOWN_LIMIT_WAIT`` when their campaign's
+        limit could not be read. No slot is taken here: ``start`` takes it."""
         if not jobs:
             return jobs
         known = await self._refresh(jobs)
