@@ -148,13 +148,16 @@ def effective(per_second: float, factor: float, slowed_until: float | None, now:
     return per_second
 
 
+def _start(tat: float | None, now: float) -> float:
+    """Where the next grant counts from: the TAT, or now once the TAT has passed."""
+    return now if tat is None or tat < now else tat
+
+
 def acquire(tat: float | None, now: float, per_second: float) -> tuple[bool, float | None]:
     """One GCRA decision: (allowed, new TAT). Refused: TAT is unchanged."""
-    interval = 1.0 / per_second
-    start = now if tat is None or tat < now else tat
-    if start - now > tolerance(per_second) + EPSILON:
+    if _start(tat, now) - now > tolerance(per_second) + EPSILON:
         return False, tat
-    return True, start + interval
+    return True, granted(tat, now, per_second)
 
 
 def next_slot(tat: float | None, now: float, per_second: float) -> float:
@@ -168,11 +171,9 @@ def slot_after(tat: float | None, now: float, per_second: float, ahead: int) -> 
     """When a send would be allowed if ``ahead`` others took their slots first, at ``now``:
     ``next_slot`` after ``ahead`` grants (``now`` when it would be now). A worker's estimate of
     the slot a claim would find at T4, with the claims it already let wait for theirs."""
-    start = now if tat is None or tat < now else tat
-    return max(now, start + ahead / per_second - tolerance(per_second))
+    return max(now, _start(tat, now) + ahead / per_second - tolerance(per_second))
 
 
 def granted(tat: float | None, now: float, per_second: float) -> float:
     """The TAT after a send allowed at ``now`` (``acquire``'s, without the check)."""
-    start = now if tat is None or tat < now else tat
-    return start + 1.0 / per_second
+    return _start(tat, now) + 1.0 / per_second
