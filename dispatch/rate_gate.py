@@ -26,7 +26,9 @@ At the claim, nothing is taken; ``admit`` only keeps a worker from starting SMTP
 that would be refused (a refused claim has had MAIL and RCPT accepted, then RSET: a relay
 counts that transaction like any other). Per limited key the worker keeps its own estimate of
 the cell's TAT, the same GCRA arithmetic (``dispatch.rates.slot_after``): its own grants at T4
-move it, and a refusal sets it from the due moment the database gave. A claim goes on to its
+move it, and a refusal sets it from the due moment the database gave, for the key the
+database names as the one that refused (``Refusal``; the keys before it in sorted order each
+spent a slot, counted as grants at the refusal's moment). A claim goes on to its
 T4 only if its slot, after those of the claims already waiting for theirs, has come; the rest
 go back at once (W3), each due one interval after the last one handed back for that key, so
 they come back one per slot rather than all together. With one worker on a key its claims are
@@ -227,20 +229,30 @@ class RateGate:
         self.forget(job.lease)
         now = time.monotonic()
         if slotted.started is not None:
-            # The grant's own moment (T4's, the database's clock), not this later one: an
-            # estimate running ahead of the cell would send claims back that are due.
-            ago = (datetime.now(UTC) - slotted.started).total_seconds()
-            at = now - min(max(ago, 0.0), _MAX_DRY)
-            for key in keys:
-                self._tat[key] = rates.granted(self._tat.get(key), at, self._rate_of(key))
+            self._granted(keys, slotted.started, now)
         if slotted.due is not None:
             self.handed_back(job)
             wait = min(max((slotted.due - datetime.now(UTC)).total_seconds(), 0.0), _MAX_DRY)
             heapq.heappush(self._dues, now + wait)
-            if len(keys) == 1:  # which key refused is certain only then
-                self._tat[keys[0]] = now + wait + rates.tolerance(self._rate_of(keys[0]))
-                self._promise(keys, now + wait)
+            refused_by = _refusing_key(slotted, keys)
+            if refused_by is not None:
+                # The keys visited before it (in sorted order, as the cells are) each gave a
+                # slot, spent unused, in the refusal's transaction.
+                spent = tuple(k for k in keys if k < refused_by)
+                if spent and slotted.refusal is not None:
+                    self._granted(spent, slotted.refusal.at, now)
+                self._tat[refused_by] = now + wait + rates.tolerance(self._rate_of(refused_by))
+                self._promise((refused_by,), now + wait)
         return slotted
+
+    def _granted(self, keys: tuple[str, ...], moment: datetime, now: float) -> None:
+        """Slots of ``keys`` were taken at ``moment`` (the database's clock): the estimate
+        counts from the grant's own moment, not this later one, since an estimate running
+        ahead of the cell would send claims back that are due."""
+        ago = (datetime.now(UTC) - moment).total_seconds()
+        at = now - min(max(ago, 0.0), _MAX_DRY)
+        for key in keys:
+            self._tat[key] = rates.granted(self._tat.get(key), at, self._rate_of(key))
 
     def handed_back(self, job: ClaimedJob) -> None:
         """``job`` was refused a slot at T4 and is pending again (W3 committed with its token):
@@ -352,3 +364,11 @@ class RateGate:
     def _slow_down(self, key: str) -> float | None:
         with self.committer.engine.begin() as conn:
             return self.committer.store.slow_down(conn, key)
+
+
+def _refusing_key(slotted: Slotted, keys: tuple[str, ...]) -> str | None:
+    """Which of ``keys`` refused the slot: the cells say (``Slotted.refusal``); a refusal that
+    does not say (a re-read after a lost commit) is certain only for a single key."""
+    if slotted.refusal is not None and slotted.refusal.key in keys:
+        return slotted.refusal.key
+    return keys[0] if len(keys) == 1 else None

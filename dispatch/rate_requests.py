@@ -15,16 +15,18 @@ from typing import ClassVar, NamedTuple, Self
 import sqlalchemy as sa
 
 from dispatch.commit_requests import CommitContext, OutboxRequest
-from dispatch.store import Deferral, Lease, SlotAsk
+from dispatch.store import Deferral, Lease, Refusal, SlotAsk
 
 
 class Slotted(NamedTuple):
     """What ``SlotThenStart`` did for one job: ``started`` is T4's moment (the job may go out);
     ``due`` says it got no slot and was handed back (W3) until then; both None: its T4 guard
-    refused (the lease is no longer ours, or the job was cancelled: settle it)."""
+    refused (the lease is no longer ours, or the job was cancelled: settle it). With ``due``,
+    ``refusal`` says which of its keys refused the slot, and so which slots it spent."""
 
     started: datetime | None
     due: datetime | None
+    refusal: Refusal | None = None
 
 
 @dataclass(slots=True)
@@ -44,7 +46,7 @@ class SlotThenStart(OutboxRequest[Slotted]):
         handed: set[int] = set()
         if refused:
             deferrals = [
-                Deferral(r.lease, refused[r.lease[0]]) for r in batch if r.lease[0] in refused
+                Deferral(r.lease, refused[r.lease[0]].due) for r in batch if r.lease[0] in refused
             ]
             handed = ctx.store.rate_limited_claims(conn, deferrals, actor=ctx.owner)
         granted = [r.lease for r in batch if r.lease[0] not in refused]
@@ -56,9 +58,13 @@ class SlotThenStart(OutboxRequest[Slotted]):
             if started:
                 ctx.instrumentation.before_t4_commit([g for g in granted if g[0] in started])
         return [
-            Slotted(started.get(r.lease[0]), refused[r.lease[0]] if r.lease[0] in handed else None)
-            for r in batch
+            _slotted(r.lease[0], started, refused if r.lease[0] in handed else {}) for r in batch
         ]
+
+
+def _slotted(job_id: int, started: dict[int, datetime], refused: dict[int, Refusal]) -> Slotted:
+    refusal = refused.get(job_id)
+    return Slotted(started.get(job_id), None if refusal is None else refusal.due, refusal)
 
 
 @dataclass(slots=True)

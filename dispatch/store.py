@@ -16,6 +16,7 @@ from dispatch.outbox.jobs import (
     LeaseRow,
     NewJob,
     RecoveryReport,
+    Refusal,
     SlotAsk,
     payload_hash,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "NewJob",
     "OutboxStore",
     "RecoveryReport",
+    "Refusal",
     "SlotAsk",
     "payload_hash",
     "utc",

@@ -23,6 +23,7 @@ from dispatch.outbox.jobs import (
     LeaseRow,
     NewJob,
     RecoveryReport,
+    Refusal,
     SlotAsk,
     payload_hash,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "NewJob",
     "Outbox",
     "RecoveryReport",
+    "Refusal",
     "SlotAsk",
     "SqlOutbox",
     "payload_hash",

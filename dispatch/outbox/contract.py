@@ -29,6 +29,7 @@ from dispatch.outbox.jobs import (
     LeaseRow,
     NewJob,
     RecoveryReport,
+    Refusal,
     SlotAsk,
 )
 from dispatch.outbox.relay import RelayRow
@@ -94,7 +95,7 @@ class Outbox(Protocol[Tx]):
     ) -> set[int]: ...
     def lease_state(self, conn: Tx, leases: Sequence[Lease]) -> dict[int, str]: ...
     # shared rate limits (dispatch.outbox.rates): slots, W3, the cells
-    def acquire_slots(self, conn: Tx, asks: Sequence[SlotAsk]) -> dict[int, datetime]: ...
+    def acquire_slots(self, conn: Tx, asks: Sequence[SlotAsk]) -> dict[int, Refusal]: ...
     def rate_limited_claims(
         self, conn: Tx, deferrals: Sequence[Deferral], *, actor: str
     ) -> set[int]: ...

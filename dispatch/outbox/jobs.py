@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from dispatch.states import State, T, Transition
 
@@ -162,6 +162,18 @@ class SlotAsk:
 
     lease: Lease
     keys: tuple[str, ...]
+
+
+class Refusal(NamedTuple):
+    """Why a job asking for slots got none (``acquire_slots``): ``key``, the first of its keys
+    (in sorted order) with no slot free, and ``due``, the moment its slot is estimated.
+    The job's keys sorted before ``key`` each gave it a slot, spent unused; ``at`` is that
+    moment on the database's clock (the refusal's transaction), which is what a worker's own
+    estimate of those keys must count from (``dispatch.rate_gate``)."""
+
+    due: datetime
+    key: str
+    at: datetime
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dispatch import rates
-from dispatch.outbox.jobs import Deferral, SlotAsk
+from dispatch.outbox.jobs import Deferral, Refusal, SlotAsk
 from dispatch.outbox.memory_base import MemoryBase, MemoryTx
 from dispatch.states import T, performs
 
@@ -26,8 +26,8 @@ class MemoryRateOps(MemoryBase):
         cells: dict[str, MemRateCell] = conn.data.rates
         return cells
 
-    def acquire_slots(self, conn: MemoryTx, asks: Sequence[SlotAsk]) -> dict[int, datetime]:
-        refused: dict[int, datetime] = {}
+    def acquire_slots(self, conn: MemoryTx, asks: Sequence[SlotAsk]) -> dict[int, Refusal]:
+        refused: dict[int, Refusal] = {}
         now = conn.clock().timestamp()
         for key in sorted({k for ask in asks for k in ask.keys}):
             cell = self._cells(conn).get(key)
@@ -43,8 +43,10 @@ class MemoryRateOps(MemoryBase):
                 cell.tat = tat
                 taken += 1
             slot = rates.next_slot(cell.tat, now, per_second)
+            at = datetime.fromtimestamp(now, UTC)
             for index, ask in enumerate(waiting[taken:]):
-                refused[ask.lease[0]] = datetime.fromtimestamp(slot + index / per_second, UTC)
+                due = datetime.fromtimestamp(slot + index / per_second, UTC)
+                refused[ask.lease[0]] = Refusal(due, key, at)
         return refused
 
     @performs(T.RATE_LIMITED)

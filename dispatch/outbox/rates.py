@@ -24,7 +24,7 @@ from dbtypes import UtcTimestamp, db_now
 from dispatch import rates
 from dispatch.models import rate_limit
 from dispatch.outbox.base import SqlBase
-from dispatch.outbox.jobs import Deferral, SlotAsk
+from dispatch.outbox.jobs import Deferral, Refusal, SlotAsk
 from dispatch.outbox.sqlcore import hand_back_until
 from dispatch.states import T, performs
 
@@ -57,15 +57,16 @@ class RateOps(SqlBase):
 
     # ------------------------------------------------------------------ slots
 
-    def acquire_slots(self, conn: sa.Connection, asks: Sequence[SlotAsk]) -> dict[int, datetime]:
+    def acquire_slots(self, conn: sa.Connection, asks: Sequence[SlotAsk]) -> dict[int, Refusal]:
         """Take a slot of every key each job asks for, in the order asked; returns the jobs
-        refused, each with the moment its next slot is estimated (spread one interval apart
-        per key, so refused jobs come back in turn rather than all at once).
+        refused, each with the key that refused it and the moment its next slot is estimated
+        (spread one interval apart per key, so refused jobs come back in turn rather than all
+        at once).
 
         Keys are visited in sorted order (``campaign:`` before ``domain:``); a job refused by
         one key is not asked of the later ones. A slot taken for a job a later key refuses is
         spent unused: the limit is never exceeded, at worst under-used."""
-        refused: dict[int, datetime] = {}
+        refused: dict[int, Refusal] = {}
         for key in sorted({k for ask in asks for k in ask.keys}):
             waiting = [a for a in asks if key in a.keys and a.lease[0] not in refused]
             taken = 0
@@ -77,10 +78,11 @@ class RateOps(SqlBase):
             found = self._next_slot(conn, key)
             if found is None:
                 continue  # the key has no limit (any more): nothing to take
-            slot, interval = found
+            slot, interval, now = found
+            at = datetime.fromtimestamp(now, UTC)
             for index, ask in enumerate(waiting[taken:]):
                 due = datetime.fromtimestamp(slot + index * interval, UTC)
-                refused[ask.lease[0]] = due
+                refused[ask.lease[0]] = Refusal(due, key, at)
         return refused
 
     def _take(self, conn: sa.Connection, key: str) -> bool:
@@ -98,9 +100,9 @@ class RateOps(SqlBase):
         )
         return conn.execute(stmt).first() is not None
 
-    def _next_slot(self, conn: sa.Connection, key: str) -> tuple[float, float] | None:
-        """(epoch seconds of the key's next slot, its interval), None if the key has no cell:
-        read only when refused."""
+    def _next_slot(self, conn: sa.Connection, key: str) -> tuple[float, float, float] | None:
+        """(epoch seconds of the key's next slot, its interval, the database's now), None if
+        the key has no cell: read only when refused."""
         row = conn.execute(
             sa.select(
                 self._epoch(R.tat).label("tat"),
@@ -113,7 +115,7 @@ class RateOps(SqlBase):
         if row is None:
             return None
         per_second = rates.effective(row.per_second, row.factor, row.until, row.now)
-        return rates.next_slot(row.tat, row.now, per_second), 1.0 / per_second
+        return rates.next_slot(row.tat, row.now, per_second), 1.0 / per_second, row.now
 
     @performs(T.RATE_LIMITED)
     def rate_limited_claims(

@@ -36,7 +36,9 @@ def test_a_cell_gives_its_burst_then_spreads_the_refused_over_their_slots(
     now = datetime.now(UTC) if not isinstance(harness, MemoryHarness) else harness.clock()
     assert sorted(refused) == [2, 3, 4]  # the first, then nothing free now
     for n, job_id in enumerate([2, 3, 4], start=1):
-        assert near(refused[job_id], now + timedelta(seconds=1800 * n))
+        assert near(refused[job_id].due, now + timedelta(seconds=1800 * n))
+        assert refused[job_id].key == "domain:a.test"
+        assert near(refused[job_id].at, now)
     with harness.begin() as tx:  # the cell remembers: still nothing free
         assert set(harness.outbox.acquire_slots(tx, asks(("domain:a.test",), 1, 9))) == {9}
 
@@ -51,6 +53,39 @@ def test_a_job_needs_a_slot_of_every_key_and_keys_without_a_cell_do_not_limit(
         assert set(refused) == {2, 3}  # the campaign's burst of 10 lets 3; the domain 1
         assert harness.outbox.rate_limits(tx) == {"campaign:c": 10.0, "domain:a.test": HOURLY}
         assert harness.outbox.rate_limits(tx, "campaign:") == {"campaign:c": 10.0}
+
+
+def test_a_refusal_names_the_key_that_refused_and_the_keys_before_it_spent_a_slot(
+    harness: Harness,
+) -> None:
+    """A worker learns from a refusal only what it says: under two limits (a campaign's and
+    its recipients' domain's), which one has no slot, so that its next claims of that key
+    wait for the slot instead of each meeting a refusal after MAIL and RCPT."""
+    with harness.begin() as tx:
+        o = harness.outbox
+        o.set_rates(tx, {"campaign:c": HOURLY, "domain:a.test": 10.0})
+        o.set_rates(tx, {"campaign:d": 10.0, "domain:b.test": HOURLY})
+        first = o.acquire_slots(tx, asks(("campaign:c", "domain:a.test"), 2))
+        # Job 3 takes the domain's burst of one; 4 and 5 each take a campaign slot first (the
+        # keys in sorted order), then meet the domain's refusal.
+        later = o.acquire_slots(tx, asks(("campaign:d", "domain:b.test"), 3, 3))
+    assert {i: r.key for i, r in first.items()} == {2: "campaign:c"}  # its burst is one
+    assert {i: r.key for i, r in later.items()} == {4: "domain:b.test", 5: "domain:b.test"}
+
+
+def test_the_slots_a_job_took_before_its_refusal_are_spent() -> None:
+    clock = ManualClock(datetime(2026, 12, 3, tzinfo=UTC))
+    h = MemoryHarness(clock)
+    with h.begin() as tx:
+        o = h.outbox
+        o.set_rates(tx, {"campaign:d": 10.0, "domain:b.test": HOURLY})
+        refused = o.acquire_slots(tx, asks(("campaign:d", "domain:b.test"), 3))
+        assert {i: (r.key, r.at) for i, r in refused.items()} == {
+            2: ("domain:b.test", clock()),
+            3: ("domain:b.test", clock()),
+        }
+        left = 10 - 3  # the campaign's burst, less job 1's slot and the two spent
+        assert set(o.acquire_slots(tx, asks(("campaign:d",), left + 1, 10))) == {10 + left}
 
 
 def test_changing_a_limit_keeps_the_pace_and_none_removes_it(harness: Harness) -> None:
@@ -76,8 +111,8 @@ def test_a_slowdown_halves_one_key_once_per_burst_of_refusals(harness: Harness) 
         slow = o.acquire_slots(tx, asks(("domain:a.test",), 2))
         fast = o.acquire_slots(tx, asks(("domain:b.test",), 2, 3))
     now = datetime.now(UTC) if not isinstance(harness, MemoryHarness) else harness.clock()
-    assert near(slow[2], now + timedelta(seconds=3600))
-    assert near(fast[4], now + timedelta(seconds=1800))
+    assert near(slow[2].due, now + timedelta(seconds=3600))
+    assert near(fast[4].due, now + timedelta(seconds=1800))
 
 
 def test_a_slowdown_halves_again_after_a_while_down_to_a_floor_then_ends() -> None:

@@ -121,6 +121,9 @@ def test_a_job_refused_a_slot_goes_back_and_one_whose_t4_guard_refuses_spends_it
     assert after.started is None
     assert after.due is not None
     assert (after.due - refused.due).total_seconds() > 1700  # one interval later each
+    assert refused.refusal is not None
+    assert after.refusal is not None
+    assert (refused.refusal.key, after.refusal.key) == (KEY, KEY)  # the worker learns the key
     states = harness.states()
     assert states[first.id] == State.CLAIMED.value  # still ours to settle
     assert states[second.id] == states[third.id] == State.PENDING.value

@@ -23,7 +23,7 @@ from dispatch.models import rate_limit, send_event, send_job
 from dispatch.rates import burst
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.states import State, is_valid_path
-from dispatch.store import ClaimedJob, OutboxStore
+from dispatch.store import ClaimedJob, OutboxStore, SlotAsk
 from dispatch.worker import Worker, WorkerConfig
 from tests.support.campaign_files import fast_config
 from tests.support.factories import launch, write_yaml
@@ -134,6 +134,37 @@ def test_under_a_rate_limit_the_relay_sees_no_transaction_without_its_message(
     assert len(sent_rows(engine)) == 90
     assert worker.report.rate_limited >= 10  # beyond the burst, whatever the pace
     assert counts.transactions == 90
+
+
+def test_under_two_limits_a_refusal_at_t4_holds_back_the_next_claims_of_the_key_that_refused(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    """Another worker's sends have run the domain's cell a second or more ahead of this
+    worker's estimate (which starts empty). Its first T4s under the campaign's limit and the
+    domain's are refused by the domain; the refusal names that key, so the worker's next
+    claims of the domain wait for its slots without an SMTP transaction each. At most the
+    first claims the worker lets through on its empty estimate (the domain's burst) meet a
+    refusal, whatever the machine's pace."""
+    domain_rate = 20.0
+    recipients = [f"r{i}@example.com" for i in range(30)]
+    assert launch(engine, campaign(tmp_path / "both", recipients, "100/s")).new_jobs == 30
+    store = OutboxStore(engine.dialect.name)
+    with engine.begin() as conn:
+        store.set_rates(conn, {"domain:example.com": domain_rate})
+        others = [SlotAsk((-i, 1), ("domain:example.com",)) for i in range(1, 61)]
+        # The burst, then 40 more: 2 s ahead, less what the clock moved meanwhile (SQLite's
+        # moves between statements, and a loaded machine takes its time over 60 of them).
+        assert len(store.acquire_slots(conn, others)) >= domain_rate
+    counts = CountsTransactions()
+    transport = SmtpTransport(
+        SmtpConfig(host=smtp_server.host, port=smtp_server.port, command_timeout=10)
+    )
+    config = fast_config(concurrency=50, domain_rates={"example.com": domain_rate})
+    worker = Worker(engine, {"email": transport}, config, instrumentation=counts)
+    asyncio.run(worker.run())
+    assert len(sent_rows(engine)) == 30
+    assert Counter(smtp_server.accepted_ids()).most_common(1)[0][1] == 1
+    assert counts.transactions <= 30 + burst(domain_rate)
 
 
 class HeldInFlight(NullInstrumentation):

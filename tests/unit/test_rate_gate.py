@@ -18,7 +18,7 @@ from dispatch.held_leases import HeldLeases
 from dispatch.rate_gate import UNKNOWN_LIMIT_WAIT, RateGate, recipient_domain
 from dispatch.rate_requests import RateLimited, Slotted, SlotThenStart
 from dispatch.rates import domain_of
-from dispatch.store import ClaimedJob, Deferral
+from dispatch.store import ClaimedJob, Deferral, Refusal
 from dispatch.worker_report import WorkerReport
 
 
@@ -39,8 +39,16 @@ class Committer:
     """Answers the gate's requests: hands back every claim asked (or fails), refuses every
     slot at T4 with the given due moment."""
 
-    def __init__(self, *, fail: bool = False, due_in: float = 3.0, grant: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        fail: bool = False,
+        due_in: float = 3.0,
+        grant: bool = False,
+        refused_by: str | None = None,
+    ) -> None:
         self.grant = grant
+        self.refused_by = refused_by  # the key a refusal names (None: it names none)
         self.engine = Unreachable()  # reading the limits fails (gate() skips it: fresh)
         self.store = None
         self.fail = fail
@@ -55,7 +63,10 @@ class Committer:
             self.asked.append(request)
             if self.grant:
                 return Slotted(datetime.now(UTC), None)
-            return Slotted(None, datetime.now(UTC) + timedelta(seconds=self.due_in))
+            due = datetime.now(UTC) + timedelta(seconds=self.due_in)
+            if self.refused_by is None:
+                return Slotted(None, due)
+            return Slotted(None, due, Refusal(due, self.refused_by, datetime.now(UTC)))
         assert isinstance(request, RateLimited)
         self.handed_back.extend(request.deferrals)
         return {d.lease[0] for d in request.deferrals}
@@ -124,6 +135,42 @@ def test_a_slot_refused_at_t4_hands_the_job_back_and_keeps_the_key_dry_until_its
     later = [(d.not_before - datetime.now(UTC)).total_seconds() for d in committer.handed_back]
     assert 3.0 < later[0] <= 3.5
     assert 3.5 < later[1] <= 4.0
+
+
+def test_under_two_limits_the_refusing_key_stays_dry_and_the_other_counts_its_spent_slot() -> None:
+    """A job under its campaign's limit and its domain's is refused by the domain (the
+    cells say which): the domain's next claims go back until the refused job's slot, and
+    the campaign's slot the job took before the refusal counts against the campaign."""
+    committer = Committer(due_in=3.0, refused_by="domain:slow.test")
+    g = gate(committer, {"d"})
+    g._campaign_rates["d"] = 2.0  # a burst of two
+    first = job(1, "a@slow.test", campaign="d")
+    assert admit(g, [first]) == [1]
+    keys = g.admitted_keys((1, 1))
+    assert keys == ("campaign:d", "domain:slow.test")
+    assert asyncio.run(g.start(first, keys)).due is not None
+    assert committer.handed_back == []  # refused at T4 (W3 there), none handed back yet
+    # The domain: dry until the refused job's slot (3 s), whichever campaign the claim is of.
+    assert admit(g, [job(2, "b@slow.test", campaign="c")]) == []
+    assert 3.0 < (committer.handed_back[0].not_before - datetime.now(UTC)).total_seconds() <= 3.5
+    # The campaign: one slot of its burst of two is spent, so one more claim may go on.
+    assert admit(g, [job(3, "c@free.test", campaign="d"), job(4, "d@free.test", campaign="d")]) == [
+        3
+    ]
+
+
+def test_a_refusal_that_names_no_key_teaches_nothing_about_a_job_under_two_limits() -> None:
+    """A T4 whose commit was lost and whose re-read found the job handed back says no key:
+    neither limit is guessed at (a wrong guess would hold back claims that are due)."""
+    committer = Committer(due_in=3.0)
+    g = gate(committer, {"d"})
+    first = job(1, "a@slow.test", campaign="d")
+    assert admit(g, [first]) == [1]
+    asyncio.run(g.start(first, g.admitted_keys((1, 1))))
+    assert admit(g, [job(2, "b@slow.test", campaign="c"), job(3, "c@free.test", campaign="d")]) == [
+        2,
+        3,
+    ]
 
 
 def test_after_its_own_burst_a_worker_lets_no_claim_meet_a_refusal_at_t4() -> None:
