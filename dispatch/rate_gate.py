@@ -367,8 +367,9 @@ class RateGate:
 
 
 def _refusing_key(slotted: Slotted, keys: tuple[str, ...]) -> str | None:
-    """Which of ``keys`` refused the slot: the cells say (``Slotted.refusal``); a refusal that
-    does not say (a re-read after a lost commit) is certain only for a single key."""
+    """Which of ``keys`` refused the slot: the cells name it (``Slotted.refusal``); without a
+    name, only a single key is certain (a guess among several could hold back claims that are
+    due)."""
     if slotted.refusal is not None and slotted.refusal.key in keys:
         return slotted.refusal.key
     return keys[0] if len(keys) == 1 else None

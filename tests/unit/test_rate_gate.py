@@ -160,8 +160,8 @@ def test_under_two_limits_the_refusing_key_stays_dry_and_the_other_counts_its_sp
 
 
 def test_a_refusal_that_names_no_key_teaches_nothing_about_a_job_under_two_limits() -> None:
-    """A T4 whose commit was lost and whose re-read found the job handed back says no key:
-    neither limit is guessed at (a wrong guess would hold back claims that are due)."""
+    """Without the key's name (the cells always give it; a refusal could not, before),
+    neither limit is guessed at: a wrong guess would hold back claims that are due."""
     committer = Committer(due_in=3.0)
     g = gate(committer, {"d"})
     first = job(1, "a@slow.test", campaign="d")
