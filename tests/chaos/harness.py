@@ -191,12 +191,25 @@ class Chaos:
                 resumed = True
         return resumed
 
-    def _held_by(self, engine: sa.Engine, pid: int) -> frozenset[int]:
+    def _pausable(self, engine: sa.Engine) -> list[WorkerProcess]:
+        """The live workers one may be stopped of. The naive variant's zombie must hold a
+        claim it has not started: its duplicates are those claims, taken back and sent by the
+        others, then sent again by it after SIGCONT. A worker holding only sends already in
+        DATA brings back nothing but in-doubt jobs (a run of the meta-test once saw no
+        duplicate that way), so until one holds such a claim the pause waits a tick."""
+        live = [w for w in self.workers if w.process.poll() is None]
+        if not self.config.unguarded:
+            return live
+        return [w for w in live if self._held_by(engine, w.owner_pid, states=("claimed",))]
+
+    def _held_by(
+        self, engine: sa.Engine, pid: int, states: tuple[str, ...] = ("claimed", "sending")
+    ) -> frozenset[int]:
         try:
             with engine.connect() as conn:
                 rows = conn.execute(
                     sa.select(send_job.c.id, send_job.c.lease_owner).where(
-                        send_job.c.state.in_(["claimed", "sending"])
+                        send_job.c.state.in_(list(states))
                     )
                 ).all()
         except sa.exc.OperationalError:
@@ -301,7 +314,7 @@ class Chaos:
             # The pause waits for the server's gate (every worker is inside DATA), then
             # opens it; see FaultLog.
             if self.faults.gate_reached.is_set() and not self.faults.gate_open.is_set():
-                live = [w for w in self.workers if w.process.poll() is None]
+                live = self._pausable(engine)
                 if self.pause(engine, self.rng.choice(live), cfg.lease * 2 + 2) if live else False:
                     self.faults.gate_open.set()
             # No other chaos while a worker is stopped: it must come back as a zombie.
