@@ -40,6 +40,8 @@ DEFAULT_SINK_PORT = 1025
 SINK_DATA_SIZE_LIMIT = 50 * 1024 * 1024
 # Named explicitly so aiosmtpd does not call socket.getfqdn(), which can stall on DNS.
 SINK_SERVER_NAME = "herald-sink"
+# Seconds a server's stop waits for its cancelled sessions to end before its loop closes.
+STOP_GRACE_SECONDS = 5.0
 
 
 class NonLoopbackBindRefused(UsageError):
@@ -96,6 +98,38 @@ class BoundPortController(Controller):
         assert isinstance(server, asyncio.Server)
         self.port = server.sockets[0].getsockname()[1]
         super()._trigger_server()  # type: ignore[no-untyped-call]  # unannotated in aiosmtpd
+
+    def cancel_tasks(self, stop_loop: bool = True) -> None:
+        """What ``stop`` runs in the server's loop: take no new session, cancel every task, and
+        stop the loop once they have all ended (or after ``STOP_GRACE_SECONDS``).
+
+        aiosmtpd's own stops the loop in the same turn as it cancels: a session whose
+        cancellation took more turns than the loop then ran (a handler's clean-up, a session
+        accepted meanwhile) was closed with the loop while still pending, and its garbage
+        warned "Task was destroyed but it is pending!" later, in whatever code ran then."""
+        if self.server is not None:
+            self.server.close()  # no new session; those already open are cancelled below
+        cancelled = asyncio.all_tasks(self.loop)
+        for task in cancelled:
+            task.cancel()
+        if stop_loop:
+            self.loop.create_task(self._stop_when_ended(cancelled))
+
+    async def _stop_when_ended(self, cancelled: set[asyncio.Task[Any]]) -> None:
+        loop = asyncio.get_running_loop()
+        this = asyncio.current_task()
+        deadline = loop.time() + STOP_GRACE_SECONDS
+        while loop.time() < deadline:
+            # A task made by another's cancellation is cancelled too, once.
+            late = asyncio.all_tasks() - cancelled - {this}
+            for task in late:
+                task.cancel()
+            cancelled |= late
+            pending = {task for task in cancelled if not task.done()}
+            if not pending:
+                break
+            await asyncio.wait(pending, timeout=deadline - loop.time())
+        loop.stop()
 
 
 class MaildirSink:
