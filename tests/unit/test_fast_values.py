@@ -1,6 +1,7 @@
 """``new_envelope`` and ``sent_completion`` build the same frozen instances as the dataclasses'
 own ``__init__`` (they skip it only because it costs a microsecond per field, per job), and
-``frozen_heap`` freezes the heap while any worker runs and hands it back after the last."""
+``frozen_heap`` freezes the heap and collects its young generation seldom while any worker
+runs, and hands both back after the last."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch.heap import frozen_heap
+from dispatch.heap import YOUNG_THRESHOLD, frozen_heap
 from dispatch.outbox.jobs import Completion, NewJob, claimed_job, new_job, sent_completion
 from dispatch.outcome_completion import completion_for
 from dispatch.states import State
@@ -78,6 +79,31 @@ def test_frozen_heap_keeps_a_heap_frozen_before_it_frozen() -> None:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_the_young_generation_is_collected_seldom_while_any_worker_runs() -> None:
+    process = gc.get_threshold()
+    assert process[0] < YOUNG_THRESHOLD, process  # else this test shows nothing
+    with frozen_heap():
+        assert gc.get_threshold() == (YOUNG_THRESHOLD, *process[1:])
+        with frozen_heap():  # a second worker in the same process
+            assert gc.get_threshold()[0] == YOUNG_THRESHOLD
+        assert gc.get_threshold()[0] == YOUNG_THRESHOLD, "the first worker still runs"
+    assert gc.get_threshold() == process
+
+
+@pytest.mark.parametrize("young", [0, YOUNG_THRESHOLD * 2])
+def test_a_process_s_own_young_threshold_is_kept_when_it_is_off_or_higher(young: int) -> None:
+    """0: the process turned automatic collection off (it stays off); a higher threshold is
+    the process's choice already."""
+    process = gc.get_threshold()
+    gc.set_threshold(young, *process[1:])
+    try:
+        with frozen_heap():
+            assert gc.get_threshold()[0] == young
+        assert gc.get_threshold()[0] == young
+    finally:
+        gc.set_threshold(*process)
 
 
 def test_new_job_takes_every_field_of_new_job_with_its_default() -> None:
