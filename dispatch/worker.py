@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
 
+from dispatch.claim_room import claim_size
 from dispatch.committer import GroupCommitter
 from dispatch.failure_watch import FailureWatch
 from dispatch.heap import frozen_heap
@@ -202,15 +203,16 @@ class Worker:
         cfg = self.config
         prefetch = cfg.concurrency * 2
         while not self.stopping:
-            room = prefetch - len(self._backlog) - len(self._inflight)
-            worth_claiming = room > 0 and (not self._backlog or room >= cfg.concurrency // 2)
+            size = claim_size(  # a wave at most; no claim for a straggler (dispatch.claim_room)
+                concurrency=cfg.concurrency,
+                backlog=len(self._backlog),
+                inflight=len(self._inflight),
+            )
             recently_dry = time.monotonic() < self._next_claim_at()
             claimed = 0
             # While the relay is known down, claiming would only hand jobs straight back.
-            if worth_claiming and not recently_dry and not self.relay.holding():
-                # At most a wave of sends per claim: the first claim of a drain is then half
-                # the prefetch, and its sends start while the next claim runs.
-                claimed = len(await self._claim(min(room, cfg.concurrency)))
+            if size and not recently_dry and not self.relay.holding():
+                claimed = len(await self._claim(size))
                 self._dry_since = None if claimed else time.monotonic()
             self._start_sends()
             if claimed and len(self._backlog) + len(self._inflight) < prefetch:
