@@ -5,21 +5,40 @@ for the one job of room a straggling send left made every third claim a claim of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.claim_room import claim_size
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a worker holds: at most ``concurrency`` sends on the wire, everything within the
+    prefetch (twice the concurrency)."""
+
+    concurrency: int
+    backlog: int
+    on_wire: int
+    settling: int
+
+    @property
+    def room(self) -> int:
+        return 2 * self.concurrency - self.backlog - self.on_wire - self.settling
+
+    @property
+    def claim(self) -> int:
+        return size(self.concurrency, self.backlog, self.on_wire + self.settling)
+
+
 @st.composite
-def held(draw: st.DrawFn) -> tuple[int, int, int, int]:
-    """(concurrency, backlog, on_wire, settling) a worker can be in: at most ``concurrency``
-    sends on the wire, everything held within the prefetch (twice the concurrency)."""
+def held(draw: st.DrawFn) -> Held:
     concurrency = draw(st.integers(1, 600))
     on_wire = draw(st.integers(0, concurrency))
     settling = draw(st.integers(0, 2 * concurrency - on_wire))
     backlog = draw(st.integers(0, 2 * concurrency - on_wire - settling))
-    return concurrency, backlog, on_wire, settling
+    return Held(concurrency, backlog, on_wire, settling)
 
 
 def size(concurrency: int, backlog: int, inflight: int) -> int:
@@ -53,38 +72,26 @@ def test_small_concurrencies_claim_whatever_room_there_is() -> None:
 
 
 @given(held())
-def test_a_claim_fits_the_room_and_a_wave_and_is_never_tiny(
-    state: tuple[int, int, int, int],
-) -> None:
-    concurrency, backlog, on_wire, settling = state
-    room = 2 * concurrency - backlog - on_wire - settling
-    got = size(concurrency, backlog, on_wire + settling)
-    assert got == 0 or max(1, concurrency // 8) <= got == min(room, concurrency)
+def test_a_claim_fits_the_room_and_a_wave_and_is_never_tiny(h: Held) -> None:
+    assert h.claim == 0 or max(1, h.concurrency // 8) <= h.claim == min(h.room, h.concurrency)
 
 
 @given(held())
-def test_when_a_claim_is_made(state: tuple[int, int, int, int]) -> None:
-    concurrency, backlog, on_wire, settling = state
-    room = 2 * concurrency - backlog - on_wire - settling
-    got = size(concurrency, backlog, on_wire + settling)
-    if room > 0 and room >= concurrency // 2:
-        assert got == min(room, concurrency)  # half a wave of room: always
-    elif backlog:
-        assert got == 0  # the backlog feeds the wire until there is room for half a wave
-    elif room >= max(1, concurrency // 8):
-        assert got == room  # the wire would wait: a small claim, beside the settling commit
+def test_when_a_claim_is_made(h: Held) -> None:
+    if h.room > 0 and h.room >= h.concurrency // 2:
+        assert h.claim == min(h.room, h.concurrency)  # half a wave of room: always
+    elif h.backlog:
+        assert h.claim == 0  # the backlog feeds the wire until there is room for half a wave
+    elif h.room >= max(1, h.concurrency // 8):
+        assert h.claim == h.room  # the wire would wait: a small claim, beside the settling commit
     else:
-        assert got == 0
+        assert h.claim == 0
 
 
 @given(held())
-def test_the_loop_waits_only_while_more_than_half_a_wave_will_come_back(
-    state: tuple[int, int, int, int],
-) -> None:
+def test_the_loop_waits_only_while_more_than_half_a_wave_will_come_back(h: Held) -> None:
     # Not claiming never leaves the wire waiting for nothing: the backlog feeds it, and the
     # sends settling (and the backlog's, once sent) give their room back as they end, each
     # waking the loop.
-    concurrency, backlog, on_wire, settling = state
-    room = 2 * concurrency - backlog - on_wire - settling
-    if room > 0 and size(concurrency, backlog, on_wire + settling) == 0:
-        assert backlog + settling > concurrency // 2
+    if h.room > 0 and h.claim == 0:
+        assert h.backlog + h.settling > h.concurrency // 2
