@@ -169,9 +169,11 @@ class GroupCommitter:
         self.lanes = lanes
         self.alone_below = alone_below
         self._threads = [
-            threading.Thread(target=self._run, args=(i == 0,), name=f"herald-db-{i}", daemon=True)
+            threading.Thread(target=self._run, args=(i,), name=f"herald-db-{i}", daemon=True)
             for i in range(lanes)
         ]
+        # Each lane's own flag (written by it alone): waiting for its next list (``quiet``).
+        self._waiting_for_work = [False] * lanes
         # Set when a helper lane is wanted: a large list was handed over, a split put a rest
         # back, or the committer stops ("Helpers on demand").
         self._help = threading.Event()
@@ -208,6 +210,12 @@ class GroupCommitter:
         outgoing.append(Pending(request, future, loop))
         return await future
 
+    def quiet(self) -> bool:
+        """Whether every lane is waiting for its next list: no transaction of this worker is
+        open. The chaos suite freezes a worker only then, so that the zombie holds no row lock
+        the other workers would wait on (tests/chaos/instruments.py)."""
+        return all(self._waiting_for_work)
+
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
         handed = self._outgoing.pop(loop)
         self._queue.put(handed)
@@ -216,10 +224,10 @@ class GroupCommitter:
 
     # ------------------------------------------------------------ the database thread
 
-    def _run(self, primary: bool) -> None:
+    def _run(self, lane: int) -> None:
         try:
             self._connect_early()
-            self._serve(self._queue.get if primary else self._when_helped)
+            self._serve(lane, self._queue.get if lane == 0 else self._when_helped)
         finally:
             self._release_connection()
 
@@ -243,7 +251,7 @@ class GroupCommitter:
                 return self._queue.get_nowait()
         return self._queue.get()
 
-    def _serve(self, next_list: Callable[[], list[Pending] | None]) -> None:
+    def _serve(self, lane: int, next_list: Callable[[], list[Pending] | None]) -> None:
         carried: list[Pending] = []  # the part of a list that did not fit the last batch
         while True:
             if carried:
@@ -252,7 +260,9 @@ class GroupCommitter:
             else:
                 if self._turns is not None:
                     self._turns.let_holders_in()
+                self._waiting_for_work[lane] = True
                 first = next_list()
+                self._waiting_for_work[lane] = False
                 if first is None:
                     self._serve_leftovers()
                     return

@@ -66,6 +66,10 @@ class ChaosConfig:
     db_restart: Callable[[], None] | None = None
     server_faults: bool = True
     unguarded: bool = False  # the naive variant: T4 guards off
+    # The naive variant's pause (with ``sigstop`` off): the first worker to record this many
+    # outcomes SIGSTOPs itself right after its next claim commits (``StopAfterClaim``), so the
+    # zombie surely holds claims it has not started, whatever the machine's load.
+    stop_after_claim: int | None = None
     # The run fails if no job finishes and no worker exits for this long (a stall), and in any
     # case after ``deadline``: both far above what a loaded machine needs, since progress, not
     # wall time, is what is being judged.
@@ -97,6 +101,7 @@ class Chaos:
         self.spawned = 0
         self.last_progress = time.monotonic()  # when a job last finished (or a worker exited)
         self.faults = FaultLog(config.seed, config.server_faults)
+        self.zombie_marker = tmp / "zombie.marker"  # StopAfterClaim's: who stopped, holding what
 
     # ------------------------------------------------------------------ setup
 
@@ -133,6 +138,9 @@ class Chaos:
         if self.config.crash_points:
             seed = self.rng.randrange(10**9)
             command += ["--crash-at", f"{self.config.crash_points},seed={seed}"]
+        if self.config.stop_after_claim is not None:
+            marker = self.zombie_marker
+            command += ["--stop-after-claim", f"{self.config.stop_after_claim}:{marker}"]
         if self.config.unguarded:
             command.append("--unguarded-t4")
         with stderr_path.open("wb") as stderr, stdout_path.open("wb") as stdout:
@@ -168,10 +176,23 @@ class Chaos:
         worker.process.send_signal(signal.SIGSTOP)
         if worker.process.poll() is not None:
             return False
+        self._stopped(worker, seconds, held)
+        return True
+
+    def notice_self_stops(self, engine: sa.Engine, seconds: float) -> None:
+        """Count a worker that stopped itself (``stop_after_claim``) as paused, as ``pause``
+        does. It holds the claim it had just committed, whose job ids it wrote in the marker:
+        read there, since by now the others may have taken some of them back."""
+        for worker in self.workers:
+            if worker.owner_pid not in self.paused_pids and stopped_by_signal(worker.owner_pid):
+                claimed = frozenset(int(i) for i in self.zombie_marker.read_text().split())
+                held = claimed | self._held_by(engine, worker.owner_pid)
+                self._stopped(worker, seconds, held)
+
+    def _stopped(self, worker: WorkerProcess, seconds: float, held: frozenset[int]) -> None:
         self.paused_pids.add(worker.owner_pid)
         self.paused.append((worker, time.monotonic() + seconds, held))
         self.result.stops += 1
-        return True
 
     def resume_due(self, engine: sa.Engine | None, *, everyone: bool = False) -> bool:
         """Resume stopped workers whose jobs are all finished; True if any was resumed."""
@@ -190,17 +211,6 @@ class Chaos:
                 self.paused.remove(entry)
                 resumed = True
         return resumed
-
-    def _pausable(self, engine: sa.Engine) -> list[WorkerProcess]:
-        """The live workers one may be stopped of. The naive variant's zombie must hold a
-        claim it has not started: its duplicates are those claims, taken back and sent by the
-        others, then sent again by it after SIGCONT. A worker holding only sends already in
-        DATA brings back nothing but in-doubt jobs (a run of the meta-test once saw no
-        duplicate that way), so until one holds such a claim the pause waits a tick."""
-        live = [w for w in self.workers if w.process.poll() is None]
-        if not self.config.unguarded:
-            return live
-        return [w for w in live if self._held_by(engine, w.owner_pid, states=("claimed",))]
 
     def _held_by(
         self, engine: sa.Engine, pid: int, states: tuple[str, ...] = ("claimed", "sending")
@@ -314,9 +324,11 @@ class Chaos:
             # The pause waits for the server's gate (every worker is inside DATA), then
             # opens it; see FaultLog.
             if self.faults.gate_reached.is_set() and not self.faults.gate_open.is_set():
-                live = self._pausable(engine)
+                live = [w for w in self.workers if w.process.poll() is None]
                 if self.pause(engine, self.rng.choice(live), cfg.lease * 2 + 2) if live else False:
                     self.faults.gate_open.set()
+            if cfg.stop_after_claim is not None:
+                self.notice_self_stops(engine, cfg.lease * 2 + 2)
             # No other chaos while a worker is stopped: it must come back as a zombie.
             while plan and not self.paused and done >= plan[0][0] * total:
                 if not self._act(engine, plan[0][1]):
@@ -365,3 +377,12 @@ class Chaos:
             for worker in live:
                 self.kill(worker, "host_restart")
         return True
+
+
+def stopped_by_signal(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): its state in /proc/PID/stat is ``T``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # gone
+    return stat.rpartition(")")[2].split()[0] == "T"

@@ -1,20 +1,24 @@
 """What the chaos suite plugs into a worker: named crash points, and a worker without T4 guards.
 
-Neither exists in the product. ``CrashInstrumentation`` is an ``Instrumentation`` that SIGKILLs
-the process at a named point with a given probability; ``UnguardedStore`` is the outbox store
-with T4's guards removed (by id only: no token, no state, no lease check), the naive worker the
-suite must catch sending duplicates. ``tests/chaos/worker.py`` builds a worker with them.
+None of it exists in the product. ``CrashInstrumentation`` is an ``Instrumentation`` that
+SIGKILLs the process at a named point with a given probability; ``StopAfterClaim`` SIGSTOPs it
+right after a claim commits, so it holds claims it has not started; ``UnguardedStore`` is the
+outbox store with T4's guards removed (by id only: no token, no state, no lease check), the
+naive worker the suite must catch sending duplicates. ``tests/chaos/worker.py`` builds a worker
+with them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import random
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -109,6 +113,56 @@ class CrashInstrumentation(NullInstrumentation):
 
     async def after_t5_commit(self, job: ClaimedJob) -> None:
         self.points.hit("after_t5_commit")
+
+
+class StopAfterClaim(NullInstrumentation):
+    """The naive variant's pause: once this worker has recorded ``after_sends`` outcomes, it
+    SIGSTOPs itself right after its next claim commits, so it holds claims it has not started
+    (not in the backlog yet, not on the wire), and the controller resumes it once the others
+    have recovered and sent them: the duplicates the meta-test must see.
+
+    Only the first worker to get there stops: it creates ``marker`` (exclusively) and writes
+    the ids of the claim's jobs in it, and every other worker finds it there. The controller
+    reads the ids from it, not from the database when it notices the stop: on a loaded machine
+    that can be after the others took some of them back, and the zombie, resumed before they
+    were sent, then sent them first (one run's four held claims made one duplicate).
+
+    A pause chosen from outside, at the server's gate, raced the worker: the longer the
+    controller took to act, the more of the held claims had started (or timed out in DATA)
+    first, and one CI run's zombie held none.
+    """
+
+    def __init__(self, after_sends: int, marker: Path) -> None:
+        self.after_sends = after_sends
+        self.marker = marker
+        self.recorded = 0
+        # The worker's ``GroupCommitter.quiet``, bound once the worker is built (``bind``).
+        self.quiet: Callable[[], bool] = lambda: True
+
+    def bind(self, quiet: Callable[[], bool]) -> None:
+        self.quiet = quiet
+
+    async def after_t5_commit(self, job: ClaimedJob) -> None:
+        self.recorded += 1
+
+    async def after_claim_commit(self, jobs: Sequence[ClaimedJob]) -> None:
+        if self.recorded < self.after_sends:
+            return
+        self.recorded = -(10**9)  # once per process, whatever happens below
+        try:
+            with self.marker.open("x") as marker:
+                marker.write(" ".join(str(job.id) for job in jobs))
+        except FileExistsError:
+            return  # another worker is (or was) the zombie
+        # Freeze with no transaction open: a frozen transaction's row locks would stop the
+        # others' recovery of these very claims, and the controller would have to resume the
+        # zombie before they were sent (its ``blocked_grace``), which then sent them first.
+        # Polled: quiet is a state of the database threads, with no event of the loop's own.
+        while not self.quiet():  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+        sys.stderr.write(f"HERALD_STOP after_claim_commit pid={os.getpid()} jobs={len(jobs)}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class UnguardedStore(OutboxStore):

@@ -46,12 +46,17 @@ def test_chaos_keeps_the_promise(tmp_path: Path, restartable_db: RestartableData
 # must hold on each backend.
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_the_suite_catches_a_worker_without_guards(tmp_path: Path, db_url: str) -> None:
-    """Same harness, T4 guard off, a pause past the lease: duplicates must be detected."""
+    """Same harness, T4 guard off, a pause past the lease: duplicates must be detected.
+
+    The zombie stops itself right after a claim commits (``StopAfterClaim``), so it holds
+    claims it has not started when the others take them back, on any machine."""
     config = ChaosConfig(
         db_url=db_url,
         recipients=150,
         random_kills=0,
         crash_points=None,
+        sigstop=False,  # no pause at the server's gate: the worker's own stop instead
+        stop_after_claim=30,
         host_restart=False,
         server_faults=False,
         unguarded=True,

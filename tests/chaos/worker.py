@@ -1,12 +1,15 @@
 """The chaos suite's worker: ``herald worker`` built with the test instruments.
 
     python -m tests.chaos.worker --database-url URL --smtp-url URL [herald worker options]
-        [--crash-at after_t4_commit:0.05,after_claim_commit:0.01,seed=N] [--unguarded-t4]
+        [--crash-at after_t4_commit:0.05,after_claim_commit:0.01,seed=N]
+        [--stop-after-claim SENDS:MARKER] [--unguarded-t4]
 
-Same options, defaults and output as ``herald worker``, plus two that only exist here:
-``--crash-at`` SIGKILLs the process at named points of a send (``tests/chaos/instruments.py``)
-and ``--unguarded-t4`` runs the naive worker whose T4 has no guards. The shipped CLI has
-neither, and no environment variable that changes what a worker does.
+Same options, defaults and output as ``herald worker``, plus three that only exist here:
+``--crash-at`` SIGKILLs the process at named points of a send (``tests/chaos/instruments.py``),
+``--stop-after-claim`` SIGSTOPs it after a claim once it has recorded SENDS outcomes (the first
+worker to create the MARKER file does), and ``--unguarded-t4`` runs the naive worker whose T4
+has no guards. The shipped CLI has none of them, and no environment variable that changes what
+a worker does.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from dispatch.instrumentation import Instrumentation, NullInstrumentation
 from dispatch.worker import Worker
@@ -27,6 +31,7 @@ from tests.chaos.instruments import (
     CrashInstrumentation,
     CrashPointError,
     CrashPoints,
+    StopAfterClaim,
     UnguardedStore,
     trust_every_lease,
 )
@@ -37,6 +42,13 @@ def _crash_points(spec: str) -> CrashPoints:
         return CrashPoints.parse(spec)
     except CrashPointError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _stop_after_claim(spec: str) -> StopAfterClaim:
+    sends, sep, marker = spec.partition(":")
+    if not sep or not sends.isdigit() or not marker:
+        raise argparse.ArgumentTypeError(f"expected SENDS:MARKER, got {spec!r}")
+    return StopAfterClaim(int(sends), Path(marker))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,8 +66,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--poll", type=float, default=1.0)
     p.add_argument("--json", action="store_true", dest="as_json")
     p.add_argument("--crash-at", type=_crash_points, default=None)
+    p.add_argument("--stop-after-claim", type=_stop_after_claim, default=None)
     p.add_argument("--unguarded-t4", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.crash_at is not None and args.stop_after_claim is not None:
+        p.error("--crash-at and --stop-after-claim are different chaos runs: pick one")
+    return args
 
 
 def build_worker(args: argparse.Namespace) -> Worker:
@@ -71,9 +87,11 @@ def build_worker(args: argparse.Namespace) -> Worker:
         retry_base=args.retry_base,
         poll=args.poll,
     )
-    instrumentation: Instrumentation = (
-        NullInstrumentation() if args.crash_at is None else CrashInstrumentation(args.crash_at)
-    )
+    instrumentation: Instrumentation = NullInstrumentation()
+    if args.crash_at is not None:
+        instrumentation = CrashInstrumentation(args.crash_at)
+    elif args.stop_after_claim is not None:
+        instrumentation = args.stop_after_claim
     store = None
     if args.unguarded_t4:
         sys.stderr.write("TEST MODE: T4 guards are OFF; duplicates are possible\n")
@@ -83,6 +101,8 @@ def build_worker(args: argparse.Namespace) -> Worker:
     )
     if args.unguarded_t4:
         trust_every_lease(worker.leases)
+    if args.stop_after_claim is not None:
+        args.stop_after_claim.bind(worker.committer.quiet)
     return worker
 
 
