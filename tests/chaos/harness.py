@@ -138,9 +138,8 @@ class Chaos:
         if self.config.crash_points:
             seed = self.rng.randrange(10**9)
             command += ["--crash-at", f"{self.config.crash_points},seed={seed}"]
-        if self.config.stop_after_claim is not None:
-            marker = self.zombie_marker
-            command += ["--stop-after-claim", f"{self.config.stop_after_claim}:{marker}"]
+        if (sends := self.config.stop_after_claim) is not None:
+            command += ["--stop-after-claim", f"{sends}:{self.zombie_marker}"]
         if self.config.unguarded:
             command.append("--unguarded-t4")
         with stderr_path.open("wb") as stderr, stdout_path.open("wb") as stdout:
@@ -212,14 +211,12 @@ class Chaos:
                 resumed = True
         return resumed
 
-    def _held_by(
-        self, engine: sa.Engine, pid: int, states: tuple[str, ...] = ("claimed", "sending")
-    ) -> frozenset[int]:
+    def _held_by(self, engine: sa.Engine, pid: int) -> frozenset[int]:
         try:
             with engine.connect() as conn:
                 rows = conn.execute(
                     sa.select(send_job.c.id, send_job.c.lease_owner).where(
-                        send_job.c.state.in_(list(states))
+                        send_job.c.state.in_(["claimed", "sending"])
                     )
                 ).all()
         except sa.exc.OperationalError:
@@ -297,6 +294,7 @@ class Chaos:
         deadline = time.monotonic() + cfg.deadline
         last_progress, last_done, last_exits = time.monotonic(), -1, -1
         total = cfg.recipients * 3
+        pause_for = cfg.lease * 2 + 2  # at least: a stopped worker's leases long expired
         # Chaos happens while between these fractions of the jobs are finished.
         plan: list[tuple[float, str]] = []
         plan += [(self.rng.uniform(0.05, 0.8), "kill") for _ in range(cfg.random_kills)]
@@ -325,10 +323,10 @@ class Chaos:
             # opens it; see FaultLog.
             if self.faults.gate_reached.is_set() and not self.faults.gate_open.is_set():
                 live = [w for w in self.workers if w.process.poll() is None]
-                if self.pause(engine, self.rng.choice(live), cfg.lease * 2 + 2) if live else False:
+                if self.pause(engine, self.rng.choice(live), pause_for) if live else False:
                     self.faults.gate_open.set()
             if cfg.stop_after_claim is not None:
-                self.notice_self_stops(engine, cfg.lease * 2 + 2)
+                self.notice_self_stops(engine, pause_for)
             # No other chaos while a worker is stopped: it must come back as a zombie.
             while plan and not self.paused and done >= plan[0][0] * total:
                 if not self._act(engine, plan[0][1]):
