@@ -136,6 +136,7 @@ class StopAfterClaim(NullInstrumentation):
         self.after_sends = after_sends
         self.marker = marker
         self.recorded = 0
+        self.tried = False  # once per process, whoever creates the marker
         # The worker's ``GroupCommitter.quiet``, bound once the worker is built (``bind``).
         self.quiet: Callable[[], bool] = lambda: True
 
@@ -146,9 +147,9 @@ class StopAfterClaim(NullInstrumentation):
         self.recorded += 1
 
     async def after_claim_commit(self, jobs: Sequence[ClaimedJob]) -> None:
-        if self.recorded < self.after_sends:
+        if self.tried or self.recorded < self.after_sends:
             return
-        self.recorded = -(10**9)  # once per process, whatever happens below
+        self.tried = True
         try:
             with self.marker.open("x") as marker:
                 marker.write(" ".join(str(job.id) for job in jobs))
