@@ -1,5 +1,15 @@
 """Recovery (R1–R4): what becomes of leases that expired on the database clock, of jobs with
-nothing left to spend, and of in-doubt jobs whose channel may safely be sent to again."""
+nothing left to spend, and of in-doubt jobs whose channel may safely be sent to again.
+
+Every statement takes only rows no other transaction holds (``FOR UPDATE SKIP LOCKED`` on
+PostgreSQL; SQLite has one writer, so nothing else can hold a row). A worker frozen in the
+middle of a transaction (stopped, swapped out, its host paused) keeps its rows locked until it
+resumes or its connection dies; a recovery that waited for them would hold every other worker
+still, since recovery runs in a transaction alone (``dispatch/committer.py``, "Lanes"), and so
+would every worker's next pass. A locked row is left for a later pass instead: whatever holds
+it is still deciding its fate, and a row is taken only once its lock is gone and it still
+qualifies (tests/integration/test_recovery_locked_rows.py).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +20,7 @@ from dispatch.models import send_job
 from dispatch.outbox.base import SqlBase
 from dispatch.outbox.jobs import HeldLeases, RecoveryReport
 from dispatch.outbox.sqlcore import J, guard, journal, journal_each, returned
-from dispatch.states import State, T, performs
+from dispatch.states import State, T, Transition, performs
 
 EXPIRED_BEFORE_SENDING = "lease expired before sending"
 POISON = "poison: lease expired before sending on every claim"
@@ -42,7 +52,7 @@ class RecoveryOps(SqlBase):
         poison = J.claims >= J.max_claims
         stmt = (
             sa.update(send_job)
-            .where(guard(T.EXPIRED_CLAIM), claim_expired)
+            .where(self._unlocked(T.EXPIRED_CLAIM, claim_expired))
             .values(
                 state=sa.case((poison, T.POISON.target.value), else_=T.EXPIRED_CLAIM.target.value),
                 outcome_text=sa.case((poison, POISON), else_=J.outcome_text),
@@ -74,7 +84,7 @@ class RecoveryOps(SqlBase):
         # R2: started, outcome unknown. Never resent automatically for email.
         stmt = (
             sa.update(send_job)
-            .where(guard(T.LOST_IN_SEND), send_expired)
+            .where(self._unlocked(T.LOST_IN_SEND, send_expired))
             .values(
                 state=T.LOST_IN_SEND.target.value,
                 in_doubt_reason=LOST_IN_SEND,
@@ -100,7 +110,7 @@ class RecoveryOps(SqlBase):
         ):
             stmt = (
                 sa.update(send_job)
-                .where(J.state == T.EXHAUSTED.source.value, exhausted)
+                .where(self._unlocked(T.EXHAUSTED, exhausted))
                 .values(
                     state=T.EXHAUSTED.target.value,
                     outcome_text=why,
@@ -118,10 +128,12 @@ class RecoveryOps(SqlBase):
         stmt = (
             sa.update(send_job)
             .where(
-                guard(T.POLICY_RESEND),
-                J.in_doubt_policy == "resend",
-                J.send_attempts < J.max_send_attempts,
-                J.superseded_at.is_(None),
+                self._unlocked(
+                    T.POLICY_RESEND,
+                    J.in_doubt_policy == "resend",
+                    J.send_attempts < J.max_send_attempts,
+                    J.superseded_at.is_(None),
+                )
             )
             .values(
                 state=T.POLICY_RESEND.target.value, resolution=POLICY_RESEND, updated_at=db_now()
@@ -133,6 +145,22 @@ class RecoveryOps(SqlBase):
         report.resent = len(resent)
         report.held = self.held_leases(conn)
         return report
+
+    def _unlocked(
+        self, transition: Transition, *conditions: sa.ColumnElement[bool]
+    ) -> sa.ColumnElement[bool]:
+        """The rows in ``transition``'s source state meeting ``conditions`` that no other
+        transaction holds, locked for this statement (see the module's docstring).
+
+        The search names the state literally, so each statement reads its state's partial index
+        (the lease index for R1 and R2, ix_send_job_exhausted for R3); the UPDATE repeats the
+        guard and the conditions on the rows it was handed, so a row that changed between the
+        search and its lock is taken only if it still qualifies.
+        """
+        found = (
+            sa.select(J.id).where(guard(transition), *conditions).with_for_update(skip_locked=True)
+        )
+        return sa.and_(self.forms.picked(found), guard(transition, bound=True), *conditions)
 
     def held_leases(self, conn: sa.Connection) -> HeldLeases:
         """Seconds on the database clock until the earliest lease still held in each leased

@@ -80,9 +80,10 @@ class ChaosConfig:
     # stall_timeout above applies, so a loaded machine's slow start is not mistaken for the end
     # (a 20 s stall limit from the start once ended a run at 8 of 450 messages, before any stop).
     stall_after_stop: float | None = None
-    # A stopped worker may hold row locks (inside a transaction) that the others wait on: if
-    # nothing finishes for this long while it is stopped, it is resumed anyway, late enough
-    # that its leases have long expired, so it still comes back as a zombie.
+    # A stopped worker may hold row locks (inside a transaction): the others' recovery skips
+    # those rows, and on SQLite (one writer) everyone waits. If nothing finishes for this long
+    # while it is stopped, it is resumed anyway, late enough that its leases have long expired,
+    # so it still comes back as a zombie.
     blocked_grace: float = 15.0
 
 

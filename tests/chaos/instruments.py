@@ -155,9 +155,10 @@ class StopAfterClaim(NullInstrumentation):
                 marker.write(" ".join(str(job.id) for job in jobs))
         except FileExistsError:
             return  # another worker is (or was) the zombie
-        # Freeze with no transaction open: a frozen transaction's row locks would stop the
-        # others' recovery of these very claims, and the controller would have to resume the
-        # zombie before they were sent (its ``blocked_grace``), which then sent them first.
+        # Freeze with no transaction open: the others' recovery skips rows a frozen transaction
+        # holds, so it would leave these very claims to the zombie, and the controller would
+        # resume the zombie before they were sent (its ``blocked_grace``), which then sent them
+        # first.
         # Polled: quiet is a state of the database threads, with no event of the loop's own.
         while not self.quiet():  # noqa: ASYNC110
             await asyncio.sleep(0.001)
