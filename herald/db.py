@@ -83,6 +83,7 @@ def _postgres_engine(url: sa.URL, pooler: str, **kwargs: Any) -> Engine:
     engine = sa.create_engine(url, pool_pre_ping=True, **kwargs)
     if pooler == "none":
         event.listen(engine, "connect", _generic_plans)
+        event.listen(engine, "connect", _bounded_idle_transactions)
     return engine
 
 
@@ -108,6 +109,39 @@ def _generic_plans(dbapi_connection: Any, _record: Any) -> None:
         return
     with dbapi_connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
+    dbapi_connection.commit()
+
+
+# A Herald session left this long inside a transaction without a word is ended by the server
+# (``_bounded_idle_transactions``). Herald runs a transaction's statements back to back; the
+# longest pauses inside one are a fan-out reading or composing its next batch, well under a
+# second.
+IDLE_IN_TRANSACTION_TIMEOUT = "2min"
+_IDLE_TIMEOUT_SINCE = 90600  # PostgreSQL 9.6
+
+
+def _bounded_idle_transactions(dbapi_connection: Any, _record: Any) -> None:
+    """End a frozen process's transaction, unless the server already decides when.
+
+    A process frozen in the middle of a transaction (stopped, swapped out, its VM paused) keeps
+    the rows it wrote locked until it resumes or its connection dies. Recovery and claims skip
+    locked rows, but what needs those very rows waits: the process's own jobs, other workers'
+    sends under a rate limit whose slot it was taking, an operator's command on its jobs. With
+    ``idle_in_transaction_session_timeout`` the server ends such a transaction; the process
+    finds it gone when it resumes and goes on as after a lost connection
+    (tests/integration/test_committer_idle_timeout.py). Set only when the server's setting for
+    this session is 0 (off): a value the operator gave the role or database is kept. Not
+    through a transaction pooler, where nothing may be kept in a session: there the role's
+    setting does it (docs/operations/postgresql.md, "A frozen worker").
+    """
+    if dbapi_connection.info.server_version < _IDLE_TIMEOUT_SINCE:
+        return
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, false)"
+            " WHERE current_setting('idle_in_transaction_session_timeout') = '0'",
+            (IDLE_IN_TRANSACTION_TIMEOUT,),
+        )
     dbapi_connection.commit()
 
 
