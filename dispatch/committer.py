@@ -212,8 +212,9 @@ class GroupCommitter:
 
     def quiet(self) -> bool:
         """Whether every lane is waiting for its next list: no transaction of this worker is
-        open. The chaos suite freezes a worker only then, so that the zombie holds no row lock
-        the other workers would wait on (tests/chaos/instruments.py)."""
+        open. The chaos suite freezes a worker only then, so that the zombie holds no row lock:
+        the other workers' recovery skips held rows, and would leave its claims to it
+        (tests/chaos/instruments.py)."""
         return all(self._waiting_for_work)
 
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
