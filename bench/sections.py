@@ -152,10 +152,10 @@ def run_smtp(ctx: Context) -> None:
         # Information: a relay across a network, where a send waits for round trips rather
         # than for this machine's disk or CPU (bench.smtp_e2e, SLOW_RELAY_PROCESS).
         section(
-            f"3b. SMTP through a relay {delay * 1000:g} ms a reply away, interleaved"
+            f"3b. SMTP through a relay {delay * 1000:g} ms a round trip away, interleaved"
             f" x{opts.smtp_repeat} (information)"
         )
-        where = f"relay {delay * 1000:g} ms a reply"
+        where = f"relay {delay * 1000:g} ms a round trip"
         _smtp_pair(
             ctx,
             "smtp-relay",

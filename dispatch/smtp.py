@@ -2,7 +2,8 @@
 
 One recipient per SMTP transaction, so the single DATA reply maps to exactly one job.
 ``prepare`` = connect/EHLO/STARTTLS/AUTH/MAIL/RCPT: nothing can be delivered by these, so any
-failure here is a clean pre-DATA outcome (T6). ``ready`` = the DATA command, to its 354: still
+failure here is a clean pre-DATA outcome (T6). MAIL and RCPT go in one write to a relay that
+offers PIPELINING (``dispatch.smtp_plain``). ``ready`` = the DATA command, to its 354: still
 nothing of the message, so the worker runs it while T4 commits (its round trip hides behind the
 commit); a refusal or a lost connection there is definitive (after T4: T7). ``deliver`` = the
 message and its final dot, written only once T4 has committed: a 250 means sent, a 4xx/5xx
@@ -34,7 +35,7 @@ from dispatch.egress.redact import Redactor, redact_setting, smtp_auth_forms
 from dispatch.instrumentation import NULL_INSTRUMENTATION, Instrumentation
 from dispatch.message_date import with_date
 from dispatch.return_path import VerpReturnPath
-from dispatch.smtp_plain import is_plain, mail_plain, rcpt_plain
+from dispatch.smtp_plain import LostAfterMail, is_plain, mail_plain, mail_rcpt_pipelined, rcpt_plain
 from dispatch.smtp_relay_causes import relay_cause
 from dispatch.transport import (
     Envelope,
@@ -314,9 +315,14 @@ class SmtpTransport:
             sender = self.mail_from(envelope)
             recipient = envelope.recipient
             if is_plain(sender) and is_plain(recipient):
-                await mail_plain(client, sender)
-                mail_answered = True
-                await rcpt_plain(client, recipient)
+                if client.supports_extension("pipelining"):  # one round trip for both
+                    await mail_rcpt_pipelined(
+                        client, sender, recipient, reply_wait=self.config.command_timeout
+                    )
+                else:
+                    await mail_plain(client, sender)
+                    mail_answered = True
+                    await rcpt_plain(client, recipient)
             else:
                 options, encoding = _mail_options(sender, recipient)
                 await client.mail(sender, options=options, encoding=encoding)
@@ -331,7 +337,8 @@ class SmtpTransport:
         except (TimeoutError, aiosmtplib.SMTPException, OSError) as exc:
             # Nothing was delivered: no DATA was sent. Safe to retry later.
             client.close()
-            if isinstance(exc, ConnectionError) and not mail_answered:
+            stale = not (mail_answered or isinstance(exc, LostAfterMail))
+            if isinstance(exc, ConnectionError) and stale:
                 return _Stale(_named(exc))  # disconnected, reset, broken pipe
             return Outcome(Verdict.RETRY, None, f"before DATA: {_named(exc)}")
         return _PreparedSmtp(self, client, envelope)

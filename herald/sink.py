@@ -164,6 +164,21 @@ class MaildirSink:
         """Messages received and waiting for the next durable group."""
         return self._flusher.queued
 
+    async def handle_EHLO(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        """aiosmtpd's EHLO, plus PIPELINING (RFC 2920): it reads commands one line at a time
+        from a buffered stream and answers each in order, so a client may send several at
+        once (Herald sends MAIL and RCPT together: one round trip a message)."""
+        session.host_name = hostname  # what aiosmtpd does when no hook is given
+        *lines, last = responses
+        return [*lines, "250-PIPELINING", last]
+
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content: bytes = envelope.original_content or b""
         try:
