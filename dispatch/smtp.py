@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import socket
 import ssl
 from dataclasses import dataclass
 from datetime import datetime
@@ -191,6 +192,8 @@ class SmtpTransport:
         self.instrumentation = instrumentation
         self._idle: list[aiosmtplib.SMTP] = []
         self.redact = Redactor(config.secrets())
+        # This host's name for EHLO, looked up once per event loop (``_local_name``).
+        self._naming: tuple[asyncio.AbstractEventLoop, asyncio.Future[str]] | None = None
 
     @property
     def relay_name(self) -> str:
@@ -219,6 +222,7 @@ class SmtpTransport:
         client = aiosmtplib.SMTP(
             hostname=cfg.host,
             port=cfg.port,
+            local_hostname=await self._local_name(),
             use_tls=cfg.use_tls,
             start_tls=False,  # decided below, where a missing STARTTLS can be refused clearly
             timeout=cfg.command_timeout,
@@ -240,6 +244,16 @@ class SmtpTransport:
             client.close()
             raise
         return client
+
+    async def _local_name(self) -> str:
+        """The name EHLO gives: this host's fully qualified name, as aiosmtplib would send it.
+        aiosmtplib looks it up (``socket.getfqdn``, a DNS query that can stall on a host with a
+        slow resolver) for every new connection; here every connection of this event loop
+        shares one lookup, even the dozens a worker opens at once when it starts."""
+        loop = asyncio.get_running_loop()
+        if self._naming is None or self._naming[0] is not loop:
+            self._naming = (loop, asyncio.ensure_future(asyncio.to_thread(socket.getfqdn)))
+        return await asyncio.shield(self._naming[1])
 
     async def _secure_and_login(self, client: aiosmtplib.SMTP) -> None:
         """STARTTLS whenever offered; AUTH only over TLS unless the URL says ``insecure_auth``.

@@ -6,11 +6,16 @@ again."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+from aiosmtpd.smtp import SMTP, Session
+
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.transport import Envelope, Outcome, Verdict
+from herald.sink import BoundPortController
 from tests.support.relay_outage import OutageSMTPServer
 from tests.support.smtp_server import Fault, LedgerSMTPServer
 
@@ -97,3 +102,55 @@ def test_a_pooled_session_that_breaks_inside_data_is_in_doubt_and_not_reused(
     assert "inside DATA" in outcomes[1].text
     assert not broken_back
     assert server.accepted_ids() == ["<m1@herald.test>", "<m2@herald.test>", "<m3@herald.test>"]
+
+
+def test_every_connection_names_this_host_from_one_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiosmtplib looks this host's name up for every new connection (``socket.getfqdn``, a
+    DNS query that can stall); the transport's connections share one lookup, even a worker's
+    burst of them at start, and EHLO still gives that name."""
+    lookups: list[int] = []
+
+    def getfqdn(name: str = "") -> str:
+        lookups.append(1)
+        return "worker.herald.test"
+
+    monkeypatch.setattr(socket, "getfqdn", getfqdn)
+    greeted: list[str] = []
+
+    class Handler:
+        async def handle_EHLO(
+            self,
+            server: SMTP,
+            session: Session,
+            envelope: object,
+            hostname: str,
+            responses: list[str],
+        ) -> list[str]:
+            session.host_name = hostname
+            greeted.append(hostname)
+            return responses
+
+        async def handle_DATA(self, server: SMTP, session: Session, envelope: object) -> str:
+            return "250 ok"
+
+    controller = BoundPortController(
+        Handler(), hostname="127.0.0.1", port=0, server_hostname="relay.herald.test"
+    )
+    controller.start()
+
+    async def scenario() -> list[Outcome]:
+        transport = SmtpTransport(SmtpConfig("127.0.0.1", controller.port, command_timeout=5))
+        try:
+            return list(await asyncio.gather(*(send(transport, n) for n in range(1, 11))))
+        finally:
+            await transport.aclose()
+
+    try:
+        outcomes = asyncio.run(scenario())
+    finally:
+        controller.stop()
+    assert [o.verdict for o in outcomes] == [Verdict.SENT] * 10
+    assert greeted == ["worker.herald.test"] * 10  # ten connections, opened at once
+    assert len(lookups) == 1
