@@ -45,7 +45,9 @@ class NoopSend:
 class NoopTransport:
     """A transport that accepts everything at once: measures Herald, not a network."""
 
-    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
+    async def prepare(
+        self, envelope: Envelope, *, with_ready: bool = False
+    ) -> PreparedSend | Outcome:
         return NoopSend()
 
     async def aclose(self) -> None:

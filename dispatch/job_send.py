@@ -143,8 +143,15 @@ class JobSender:
         envelope = new_envelope(  # Envelope(...) without the frozen __init__'s cost
             job.id, job.key, job.channel, job.sender, job.recipient, job.message_id, job.payload
         )
+        # The receiver is asked to get ready (SMTP: DATA, to its 354) beside T4's commit, or
+        # already with the rest of the preparation when the transport can (PIPELINING): its
+        # round trip hides behind the commit or costs none, and nothing of the message goes out
+        # before T4. A job that takes rate slots asks after its T4 (in deliver): a slot refused
+        # at T4 (W3, common under a limit) would cost the connection, closed in the middle of
+        # DATA.
+        keys = self.rates.admitted_keys(job.lease) if self.rates is not None else ()
         try:
-            prepared = await self.relay.prepare(transport, job, envelope)
+            prepared = await self.relay.prepare(transport, job, envelope, with_ready=not keys)
         except TransportConfigError as exc:
             # Nothing of this job went out and nothing is wrong with it: give it back as it
             # was (no attempt counted) and stop, since every other job would meet the same.
@@ -163,11 +170,6 @@ class JobSender:
             await prepared.abandon()
             await self.release(job)
             return
-        # The receiver is asked to get ready (SMTP: DATA, to its 354) while T4 commits: the
-        # round trip hides behind the commit, and nothing of the message goes out before it.
-        # A job that takes rate slots asks after its T4 (in deliver): a slot refused at T4
-        # (W3, common under a limit) would cost the connection, closed in the middle of DATA.
-        keys = self.rates.admitted_keys(job.lease) if self.rates is not None else ()
         readying = None if keys else prepared.ready()
         try:
             started_at = await self._start_send(job, keys)

@@ -167,7 +167,7 @@ class RelayGate:
         return any(c.holding() for c in self.circuits.values())
 
     async def prepare(
-        self, transport: Transport, job: ClaimedJob, envelope: Envelope
+        self, transport: Transport, job: ClaimedJob, envelope: Envelope, *, with_ready: bool
     ) -> PreparedSend | Outcome | None:
         """``transport.prepare`` unless the relay is known down. None: the job was handed
         back (W4) because the relay is unreachable; nothing of it was counted."""
@@ -180,7 +180,7 @@ class RelayGate:
             await self._hand_back(job, circuit, circuit.error)
             return None
         try:
-            prepared = await transport.prepare(envelope)
+            prepared = await transport.prepare(envelope, with_ready=with_ready)
         except RelayUnavailable as exc:
             if circuit.failed(exc):
                 await self._outage_began(exc, circuit)

@@ -3,7 +3,8 @@
 One recipient per SMTP transaction, so the single DATA reply maps to exactly one job.
 ``prepare`` = connect/EHLO/STARTTLS/AUTH/MAIL/RCPT: nothing can be delivered by these, so any
 failure here is a clean pre-DATA outcome (T6). MAIL and RCPT go in one write to a relay that
-offers PIPELINING (``dispatch.smtp_plain``). ``ready`` = the DATA command, to its 354: still
+offers PIPELINING (``dispatch.smtp_plain``), and DATA with them when the worker says it will
+start ``ready`` anyway (``with_ready``): its refusal is then a T6 too. ``ready`` = the DATA command, to its 354: still
 nothing of the message, so the worker runs it while T4 commits (its round trip hides behind the
 commit); a refusal or a lost connection there is definitive (after T4: T7). ``deliver`` = the
 message and its final dot, written only once T4 has committed: a 250 means sent, a 4xx/5xx
@@ -298,20 +299,22 @@ class SmtpTransport:
         if client.is_connected:
             self._idle.append(client)
 
-    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
-        outcome = await self._prepare(envelope)
+    async def prepare(
+        self, envelope: Envelope, *, with_ready: bool = False
+    ) -> PreparedSend | Outcome:
+        outcome = await self._prepare(envelope, with_ready)
         return _scrubbed(outcome, self.redact) if isinstance(outcome, Outcome) else outcome
 
-    async def _prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
+    async def _prepare(self, envelope: Envelope, with_ready: bool) -> PreparedSend | Outcome:
         pooled = self._idle_connection()
         if pooled is not None:
-            result = await self._transaction(pooled, envelope)
+            result = await self._transaction(pooled, envelope, with_ready)
             if not isinstance(result, _Stale):
                 return result
             # The relay closed this pooled connection (idle timeout, restart, outage): not the
             # job's fault. Try once on a new connection, which says whether the relay is there.
         client = await self._open()
-        result = await self._transaction(client, envelope)
+        result = await self._transaction(client, envelope, with_ready)
         if isinstance(result, _Stale):
             # Let in, then dropped before MAIL was answered: the relay is going away (a
             # restart, an overloaded proxy), whoever the recipient.
@@ -320,18 +323,24 @@ class SmtpTransport:
         return result
 
     async def _transaction(
-        self, client: aiosmtplib.SMTP, envelope: Envelope
+        self, client: aiosmtplib.SMTP, envelope: Envelope, with_ready: bool
     ) -> PreparedSend | Outcome | _Stale:
-        """MAIL and RCPT on ``client``; ``_Stale`` if the connection was found dead at MAIL (a
-        drop at RCPT, once MAIL was answered, is this transaction's: T6 as before)."""
+        """MAIL and RCPT on ``client`` (and DATA ``with_ready``, when pipelined); ``_Stale`` if
+        the connection was found dead at MAIL (a drop at RCPT, once MAIL was answered, is this
+        transaction's: T6 as before)."""
         mail_answered = False
+        data: aiosmtplib.SMTPResponse | None = None
         try:
             sender = self.mail_from(envelope)
             recipient = envelope.recipient
             if is_plain(sender) and is_plain(recipient):
-                if client.supports_extension("pipelining"):  # one round trip for both
-                    await mail_rcpt_pipelined(
-                        client, sender, recipient, reply_wait=self.config.command_timeout
+                if client.supports_extension("pipelining"):  # one round trip for all
+                    data = await mail_rcpt_pipelined(
+                        client,
+                        sender,
+                        recipient,
+                        reply_wait=self.config.command_timeout,
+                        data=with_ready,
                     )
                 else:
                     await mail_plain(client, sender)
@@ -355,7 +364,14 @@ class SmtpTransport:
             if isinstance(exc, ConnectionError) and stale:
                 return _Stale(_named(exc))  # disconnected, reset, broken pipe
             return Outcome(Verdict.RETRY, None, f"before DATA: {_named(exc)}")
-        return _PreparedSmtp(self, client, envelope)
+        if data is None:
+            return _PreparedSmtp(self, client, envelope)
+        if data.code == aiosmtplib.SMTPStatus.start_input:
+            return _PreparedSmtp(self, client, envelope, waiting=True)
+        # DATA refused before any of the message, and before T4: the session is still in
+        # command mode, and the job never reached sending (T6).
+        await _reset_or_close(client, self)
+        return _refused(data.code, data.message, "DATA")
 
     def mail_from(self, envelope: Envelope) -> str:
         """The envelope sender: the job's VERP return path when configured, else its From."""
@@ -393,12 +409,23 @@ class _PreparedSmtp:
     §4.1.1.4), never reset or reused.
     """
 
-    def __init__(self, transport: SmtpTransport, client: aiosmtplib.SMTP, envelope: Envelope):
+    def __init__(
+        self,
+        transport: SmtpTransport,
+        client: aiosmtplib.SMTP,
+        envelope: Envelope,
+        *,
+        waiting: bool = False,
+    ) -> None:
+        """``waiting``: DATA was already answered 354 (sent with MAIL and RCPT)."""
         self.transport = transport
         self.client = client
         self.envelope = envelope
-        self._waiting = False  # DATA was answered 354: the receiver waits for the message
+        self._waiting = waiting  # DATA was answered 354: the receiver waits for the message
         self._readying: asyncio.Future[Outcome | None] | None = None
+        if waiting:
+            self._readying = asyncio.get_running_loop().create_future()
+            self._readying.set_result(None)
 
     def ready(self) -> asyncio.Future[Outcome | None]:
         if self._readying is None:

@@ -47,28 +47,38 @@ class LostAfterMail(aiosmtplib.SMTPServerDisconnected):
 
 
 async def mail_rcpt_pipelined(
-    client: aiosmtplib.SMTP, sender: str, recipient: str, *, reply_wait: float
-) -> None:
-    """MAIL and RCPT for plain addresses in one write, to a relay that offers PIPELINING.
+    client: aiosmtplib.SMTP, sender: str, recipient: str, *, reply_wait: float, data: bool
+) -> SMTPResponse | None:
+    """MAIL and RCPT for plain addresses in one write, to a relay that offers PIPELINING; with
+    ``data``, the DATA command too (RFC 2920 lets it end a group), whose reply is returned.
 
     Raises what ``mail_plain`` then ``rcpt_plain`` would: a refused MAIL first (whatever RCPT
     got), then a refused RCPT. A connection lost before MAIL's reply raises
     ``aiosmtplib.SMTPServerDisconnected``; lost after an accepted MAIL, ``LostAfterMail``.
+    A relay that answered DATA with 354 after refusing MAIL or RCPT now waits for a message:
+    its connection is closed (nothing was sent), never reset and reused.
     """
-    replies = await send_group(
-        client,
-        [
-            b"MAIL FROM:<" + sender.encode("ascii") + b">",
-            b"RCPT TO:<" + recipient.encode("ascii") + b">",
-        ],
-        reply_wait,
-    )
-    if len(replies) < 2:
-        client.close()  # out of step or gone: never reused (a refused MAIL then finds it closed)
-        check_mail(replies[0], sender)
-        raise LostAfterMail("Connection lost after MAIL was accepted")
+    commands = [
+        b"MAIL FROM:<" + sender.encode("ascii") + b">",
+        b"RCPT TO:<" + recipient.encode("ascii") + b">",
+    ]
+    if data:
+        commands.append(b"DATA")
+    replies = await send_group(client, commands, reply_wait)
+    complete = len(replies) == len(commands)
+    waiting = data and complete and replies[2].code == aiosmtplib.SMTPStatus.start_input
+    if not complete or (waiting and not _accepted(replies)):
+        client.close()  # out of step, gone, or in DATA: never reused
     check_mail(replies[0], sender)
-    check_rcpt(replies[1], recipient)
+    if len(replies) > 1:
+        check_rcpt(replies[1], recipient)
+    if not complete:
+        raise LostAfterMail("Connection lost after MAIL was accepted")
+    return replies[2] if data else None
+
+
+def _accepted(replies: list[SMTPResponse]) -> bool:
+    return replies[0].code == 250 and replies[1].code in (250, 251)
 
 
 def check_mail(response: SMTPResponse, sender: str) -> None:

@@ -135,7 +135,15 @@ class PreparedSend(Protocol):
 
 
 class Transport(Protocol):
-    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
-        """Everything before the point of no return. An Outcome means it stopped there (T6)."""
+    async def prepare(
+        self, envelope: Envelope, *, with_ready: bool = False
+    ) -> PreparedSend | Outcome:
+        """Everything before the point of no return. An Outcome means it stopped there (T6).
+
+        ``with_ready``: the caller will start ``ready`` beside T4 whatever happens, so the
+        transport may take that step now, with the rest (SMTP: DATA in the same write as MAIL
+        and RCPT, to a relay that offers PIPELINING); ``ready`` then returns its settled future,
+        and a refusal there is this method's Outcome (T6: nothing of the message went out).
+        """
 
     async def aclose(self) -> None: ...

@@ -160,7 +160,11 @@ class WebhookTransport:
         self._resolver = resolver or system_resolver
         self._client = EgressClient(policy, resolver=resolver, ssl_context=ssl_context)
 
-    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
+    async def prepare(
+        self, envelope: Envelope, *, with_ready: bool = False
+    ) -> PreparedSend | Outcome:
+        # A webhook has no step before its request (``ready`` is None): ``with_ready`` changes
+        # nothing.
         try:
             request = WebhookRequest.from_payload(envelope.payload)
         except (ValueError, UnicodeDecodeError) as exc:

@@ -1,19 +1,17 @@
-"""SMTP PIPELINING (RFC 2920): to a relay that offers it, MAIL and RCPT go in one write, and every
-way the relay may answer them means what it meant one command at a time.
+"""SMTP PIPELINING (RFC 2920): to a relay that offers it, MAIL and RCPT go in one write (and DATA
+with them when the worker will ask for it beside T4 anyway), and every way the relay may answer
+them means what it meant one command at a time.
 
-The relay here is a scripted SMTP server on 127.0.0.1 (real sockets, the client's real event
-loop): it reads MAIL *and* RCPT before it answers either, so a client that waited for MAIL's
-reply would hang until its command timeout, and it answers them as each test says (whole, byte
-by byte, refused, dropped, malformed). The Herald sink (aiosmtpd) offers PIPELINING too, and a
-worker's sends through it are stored whole.
+The relay is ``tests.support.scripted_relay``: real sockets on 127.0.0.1, and a whole group read
+before any reply, so a client that waited for a reply in between would hang until its command
+timeout. The Herald sink (aiosmtpd) offers PIPELINING too, and sends through it are stored
+whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,126 +22,22 @@ from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.transport import Outcome, RelayUnavailable, Verdict
 from herald.sink import start_sink
 from tests.integration.test_smtp_pool import envelope
-
-COMMAND_TIMEOUT = 3.0
-
-# How the scripted relay answers one transaction's MAIL and RCPT, given both command lines.
-Answer = Callable[
-    [asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]
-]  # False: the session ends here
+from tests.support.scripted_relay import COMMAND_TIMEOUT, Reply, ScriptedRelay, with_relay
 
 
-@dataclass
-class ScriptedRelay:
-    """Answers each transaction's MAIL+RCPT with the next of ``answers`` (then plain 250s)."""
-
-    answers: list[Answer]
-    offers_pipelining: bool = True
-    transactions: list[tuple[bytes, bytes]] = field(default_factory=list)
-    messages: list[bytes] = field(default_factory=list)
-    sessions: int = 0
-
-    async def session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.sessions += 1
-        try:
-            writer.write(b"220 scripted relay\r\n")
-            await reader.readline()  # EHLO
-            extension = b"250-PIPELINING\r\n" if self.offers_pipelining else b""
-            writer.write(b"250-scripted\r\n" + extension + b"250 HELP\r\n")
-            while True:
-                line = await reader.readline()
-                if not line or line.startswith(b"QUIT"):
-                    writer.write(b"221 bye\r\n")
-                    return
-                if line.startswith(b"RSET"):
-                    writer.write(b"250 reset\r\n")
-                    continue
-                if line.startswith(b"DATA"):
-                    writer.write(b"354 go ahead\r\n")
-                    message = await reader.readuntil(b"\r\n.\r\n")
-                    self.messages.append(message)
-                    writer.write(b"250 stored\r\n")
-                    continue
-                # MAIL: its reply waits for RCPT (a client that does not pipeline hangs here).
-                rcpt = await reader.readline()
-                if not rcpt:
-                    return
-                self.transactions.append((line.strip(), rcpt.strip()))
-                answer = self.answers.pop(0) if self.answers else both(b"250 ok\r\n250 ok\r\n")
-                if not await answer(reader, writer):
-                    writer.close()
-                    return
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            return
-        finally:
-            writer.close()
-
-
-def both(data: bytes) -> Answer:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(data)
-        return True
-
-    return answer
-
-
-def byte_by_byte(data: bytes) -> Answer:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        for i in range(len(data)):
-            writer.write(data[i : i + 1])
-            await writer.drain()
-            await asyncio.sleep(0)
-        return True
-
-    return answer
-
-
-def then_drop(data: bytes) -> Answer:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(data)
-        await writer.drain()
-        return False
-
-    return answer
-
-
-def silence() -> Answer:
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"250 ok\r\n")  # MAIL's reply; RCPT's never comes
-        await writer.drain()
-        await reader.read()  # until the client gives up and closes
-        return False
-
-    return answer
-
-
-async def with_relay(
-    relay: ScriptedRelay, scenario: Callable[[SmtpTransport], Awaitable[object]]
-) -> object:
-    server = await asyncio.start_server(relay.session, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    transport = SmtpTransport(SmtpConfig("127.0.0.1", port, command_timeout=COMMAND_TIMEOUT))
-    try:
-        async with server:
-            try:
-                return await scenario(transport)
-            finally:
-                await transport.aclose()
-    finally:
-        server.close()
-
-
-async def send(transport: SmtpTransport, n: int) -> Outcome:
-    prepared = await transport.prepare(envelope(n))
+async def send(transport: SmtpTransport, n: int, *, with_ready: bool = False) -> Outcome:
+    prepared = await transport.prepare(envelope(n), with_ready=with_ready)
     if isinstance(prepared, Outcome):
         return prepared
     return await prepared.deliver(datetime.now(UTC))
 
 
 def run_sends(relay: ScriptedRelay, count: int) -> list[Outcome]:
+    """``count`` messages one after the other; DATA in the group when the relay expects it."""
+
     async def scenario(transport: SmtpTransport) -> list[Outcome]:
-        return [await send(transport, n) for n in range(1, count + 1)]
+        early = relay.group == 3
+        return [await send(transport, n, with_ready=early) for n in range(1, count + 1)]
 
     outcomes = asyncio.run(with_relay(relay, scenario))
     assert isinstance(outcomes, list)
@@ -163,8 +57,8 @@ def test_mail_and_rcpt_go_in_one_write_and_the_message_follows() -> None:
 def test_replies_that_arrive_byte_by_byte_or_multiline_are_read_whole() -> None:
     relay = ScriptedRelay(
         answers=[
-            byte_by_byte(b"250 sender ok\r\n250 recipient ok\r\n"),
-            both(b"250-sender\r\n250 ok\r\n250-recipient\r\n250-is\r\n250 fine\r\n"),
+            Reply(b"250 sender ok\r\n250 recipient ok\r\n", trickle=True),
+            Reply(b"250-sender\r\n250 ok\r\n250-recipient\r\n250-is\r\n250 fine\r\n"),
         ]
     )
     assert [o.verdict for o in run_sends(relay, 3)] == [Verdict.SENT] * 3
@@ -185,7 +79,7 @@ def test_a_refusal_is_the_outcome_and_the_connection_stays_in_step(
 ) -> None:
     """The RCPT reply after a refused MAIL is read and set aside: the RSET and the next
     message's replies on the same connection pair with their own commands."""
-    relay = ScriptedRelay(answers=[both(answer)])
+    relay = ScriptedRelay(answers=[Reply(answer)])
     first, second = run_sends(relay, 2)
     assert first.verdict is verdict
     assert first.text.startswith(where), first.text
@@ -195,7 +89,7 @@ def test_a_refusal_is_the_outcome_and_the_connection_stays_in_step(
 
 
 def test_a_connection_lost_after_mail_was_accepted_is_this_messages_retry() -> None:
-    relay = ScriptedRelay(answers=[then_drop(b"250 ok\r\n")])
+    relay = ScriptedRelay(answers=[Reply(b"250 ok\r\n", then="drop")])
     first, second = run_sends(relay, 2)
     assert first.verdict is Verdict.RETRY
     assert "before DATA" in first.text
@@ -204,7 +98,7 @@ def test_a_connection_lost_after_mail_was_accepted_is_this_messages_retry() -> N
 
 
 def test_a_refused_mail_then_a_lost_connection_is_still_the_refusal() -> None:
-    relay = ScriptedRelay(answers=[then_drop(b"421 closing\r\n")])
+    relay = ScriptedRelay(answers=[Reply(b"421 closing\r\n", then="drop")])
     first, second = run_sends(relay, 2)
     assert (first.verdict, first.code) == (Verdict.RETRY, 421)
     assert first.text.startswith("MAIL")
@@ -212,7 +106,7 @@ def test_a_refused_mail_then_a_lost_connection_is_still_the_refusal() -> None:
 
 
 def test_a_new_connection_dropped_before_any_reply_means_the_relay_is_unavailable() -> None:
-    relay = ScriptedRelay(answers=[then_drop(b"")])
+    relay = ScriptedRelay(answers=[Reply(b"", then="drop")])
 
     async def scenario(transport: SmtpTransport) -> object:
         with pytest.raises(RelayUnavailable):
@@ -233,7 +127,7 @@ def test_a_new_connection_dropped_before_any_reply_means_the_relay_is_unavailabl
     ],
 )
 def test_a_relay_out_of_step_costs_this_message_a_retry_and_its_connection(answer: bytes) -> None:
-    relay = ScriptedRelay(answers=[both(answer)])
+    relay = ScriptedRelay(answers=[Reply(answer)])
     first, second = run_sends(relay, 2)
     assert first.verdict is Verdict.RETRY
     assert second.verdict is Verdict.SENT
@@ -242,7 +136,7 @@ def test_a_relay_out_of_step_costs_this_message_a_retry_and_its_connection(answe
 
 
 def test_a_reply_that_never_comes_is_a_retry_within_the_command_timeout() -> None:
-    relay = ScriptedRelay(answers=[silence()])
+    relay = ScriptedRelay(answers=[Reply(b"250 ok\r\n", then="hang")])
     started = time.monotonic()
 
     async def scenario(transport: SmtpTransport) -> object:
@@ -303,3 +197,117 @@ def test_prepare_hands_back_a_send_ready_for_data() -> None:
     outcome = asyncio.run(with_relay(relay, scenario))
     assert isinstance(outcome, Outcome)
     assert outcome.verdict is Verdict.SENT
+
+
+# ---------------------------------------------------------------- DATA in the group
+
+
+def test_data_goes_with_mail_and_rcpt_and_the_message_only_on_deliver() -> None:
+    """The relay reads MAIL, RCPT and DATA before it answers: had DATA waited for RCPT's
+    reply, nothing would be answered. ``ready`` is then settled, and nothing of the message
+    has gone out until ``deliver``."""
+    relay = ScriptedRelay(answers=[], group=3)
+
+    async def scenario(transport: SmtpTransport) -> object:
+        prepared = await transport.prepare(envelope(1), with_ready=True)
+        assert not isinstance(prepared, Outcome)
+        readying = prepared.ready()
+        assert readying is not None
+        assert readying.done()
+        assert readying.result() is None
+        before = list(relay.messages)
+        return (
+            before,
+            await prepared.deliver(datetime.now(UTC)),
+            await send(transport, 2, with_ready=True),
+        )
+
+    result = asyncio.run(with_relay(relay, scenario))
+    assert isinstance(result, tuple)
+    before, first, second = result
+    assert before == []
+    assert (first.verdict, second.verdict) == (Verdict.SENT, Verdict.SENT)
+    assert relay.transactions[0] == (
+        b"MAIL FROM:<news@herald.test>",
+        b"RCPT TO:<r1@example.com>",
+        b"DATA",
+    )
+    assert relay.sessions == 1
+    assert len(relay.messages) == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "verdict", "where"),
+    [
+        (b"550 no such sender\r\n503 need MAIL\r\n503 need RCPT\r\n", Verdict.FAILED, "MAIL"),
+        (b"250 ok\r\n450 mailbox busy\r\n554 no valid recipients\r\n", Verdict.RETRY, "RCPT"),
+        (b"250 ok\r\n250 ok\r\n451 not now\r\n", Verdict.RETRY, "DATA"),
+        (b"250 ok\r\n250 ok\r\n554 no thanks\r\n", Verdict.FAILED, "DATA"),
+    ],
+)
+def test_a_group_refused_anywhere_is_a_prepare_outcome_and_the_connection_is_reset(
+    answer: bytes, verdict: Verdict, where: str
+) -> None:
+    """Refused before the message and before T4 (T6): the session is still in command mode,
+    so it is reset and carries the next message."""
+    relay = ScriptedRelay(answers=[Reply(answer)], group=3)
+    first, second = run_sends(relay, 2)
+    assert first.verdict is verdict
+    assert first.text.startswith(where), first.text
+    assert second.verdict is Verdict.SENT
+    assert relay.sessions == 1
+    assert len(relay.messages) == 1
+
+
+def test_a_relay_that_says_354_after_refusing_rcpt_is_left_at_once() -> None:
+    """A relay that waits for a message after refusing its recipient would take a RSET as that
+    message's text and never answer it: the connection is closed at once instead, without
+    waiting out a command timeout, and the next message goes on a connection of its own."""
+    relay = ScriptedRelay(
+        answers=[Reply(b"250 ok\r\n550 no such user\r\n354 go ahead\r\n")], group=3
+    )
+
+    async def scenario(transport: SmtpTransport) -> object:
+        started = time.monotonic()
+        first = await send(transport, 1, with_ready=True)
+        took = time.monotonic() - started
+        return first, took, await send(transport, 2, with_ready=True)
+
+    result = asyncio.run(with_relay(relay, scenario))
+    assert isinstance(result, tuple)
+    first, took, second = result
+    assert first.verdict is Verdict.FAILED
+    assert took < COMMAND_TIMEOUT
+    assert second.verdict is Verdict.SENT
+    assert relay.sessions == 2
+    (message,) = relay.messages
+    assert b"RSET" not in message
+    assert b"Message-ID: <m2@herald.test>" in message
+
+
+def test_a_connection_lost_before_the_data_reply_is_a_retry_before_data() -> None:
+    relay = ScriptedRelay(answers=[Reply(b"250 ok\r\n250 ok\r\n", then="drop")], group=3)
+    first, second = run_sends(relay, 2)
+    assert first.verdict is Verdict.RETRY
+    assert "before DATA" in first.text
+    assert second.verdict is Verdict.SENT
+    assert relay.sessions == 2
+
+
+def test_abandoning_a_send_whose_data_was_answered_closes_the_connection() -> None:
+    """T4 refused while the relay waits for the message: closing is the only way out."""
+    relay = ScriptedRelay(answers=[], group=3)
+
+    async def scenario(transport: SmtpTransport) -> object:
+        prepared = await transport.prepare(envelope(1), with_ready=True)
+        assert not isinstance(prepared, Outcome)
+        await prepared.abandon()
+        return list(transport._idle), await send(transport, 2, with_ready=True)
+
+    result = asyncio.run(with_relay(relay, scenario))
+    assert isinstance(result, tuple)
+    idle_after_abandon, second = result
+    assert idle_after_abandon == []
+    assert second.verdict is Verdict.SENT
+    assert relay.sessions == 2
+    assert len(relay.messages) == 1

@@ -63,10 +63,22 @@ class DataDoor:
 
 
 @contextlib.contextmanager
-def watched_server(watched: DataDoor) -> Iterator[int]:
-    """A real aiosmtpd server whose DATA commands go through ``watched``; yields its port."""
+def watched_server(watched: DataDoor, *, pipelining: bool = False) -> Iterator[int]:
+    """A real aiosmtpd server whose DATA commands go through ``watched``; yields its port.
+    With ``pipelining`` it offers PIPELINING (aiosmtpd reads commands in order either way)."""
 
     class Handler:
+        async def handle_EHLO(
+            self,
+            server: SMTP,
+            session: Session,
+            envelope: Envelope,
+            hostname: str,
+            lines: list[str],
+        ) -> list[str]:
+            session.host_name = hostname
+            return [*lines[:-1], "250-PIPELINING", lines[-1]] if pipelining else lines
+
         async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
             with watched.lock:
                 watched.stored.append((envelope.original_content or b"", time.monotonic()))

@@ -90,8 +90,10 @@ class HoldingTransport:
         self.inner = inner
         self.watch = watch
 
-    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
-        prepared = await self.inner.prepare(envelope)
+    async def prepare(
+        self, envelope: Envelope, *, with_ready: bool = False
+    ) -> PreparedSend | Outcome:
+        prepared = await self.inner.prepare(envelope, with_ready=with_ready)
         if isinstance(prepared, Outcome) or self.watch.first_abandoned:
             return prepared
         return HeldReset(prepared, self.watch)

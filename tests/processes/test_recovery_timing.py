@@ -57,7 +57,9 @@ class RecordingTransport:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    async def prepare(self, envelope: Envelope) -> PreparedSend | Outcome:
+    async def prepare(
+        self, envelope: Envelope, *, with_ready: bool = False
+    ) -> PreparedSend | Outcome:
         return _Send(self.sent, envelope.recipient)
 
     async def aclose(self) -> None:
