@@ -4,9 +4,10 @@ One recipient per SMTP transaction, so the single DATA reply maps to exactly one
 ``prepare`` = connect/EHLO/STARTTLS/AUTH/MAIL/RCPT: nothing can be delivered by these, so any
 failure here is a clean pre-DATA outcome (T6). MAIL and RCPT go in one write to a relay that
 offers PIPELINING (``dispatch.smtp_plain``), and DATA with them when the worker says it will
-start ``ready`` anyway (``with_ready``): its refusal is then a T6 too. ``ready`` = the DATA command, to its 354: still
-nothing of the message, so the worker runs it while T4 commits (its round trip hides behind the
-commit); a refusal or a lost connection there is definitive (after T4: T7). ``deliver`` = the
+start ``ready`` anyway (``with_ready``): its refusal is then a T6 too. ``ready`` = the DATA
+command, to its 354 (unless it went with MAIL and RCPT): still nothing of the message, so the
+worker runs it while T4 commits (its round trip hides behind the commit); a refusal or a lost
+connection there is definitive (after T4: T7). ``deliver`` = the
 message and its final dot, written only once T4 has committed: a 250 means sent, a 4xx/5xx
 reply is definitive, and anything else (timeout, disconnect, cancellation) leaves the outcome
 unknown — the connection is then closed and never reused, since a late reply would otherwise
