@@ -17,10 +17,12 @@ from pathlib import Path
 
 import aiosmtplib
 import pytest
+import trustme
 
 from dispatch.smtp import SmtpConfig, SmtpTransport
 from dispatch.transport import Outcome, RelayUnavailable, Verdict
 from herald.sink import start_sink
+from tests.egress_support.servers import tls_pair
 from tests.integration.test_smtp_pool import envelope
 from tests.support.scripted_relay import COMMAND_TIMEOUT, Reply, ScriptedRelay, with_relay
 
@@ -311,3 +313,21 @@ def test_abandoning_a_send_whose_data_was_answered_closes_the_connection() -> No
     assert second.verdict is Verdict.SENT
     assert relay.sessions == 2
     assert len(relay.messages) == 1
+
+
+def test_over_tls_the_group_and_its_replies_cross_the_encrypted_transport() -> None:
+    """The reader is lent to the TLS transport (implicit TLS): replies that arrive a byte per
+    TLS record are read whole, and the connection carries the next message."""
+    pair = tls_pair(trustme.CA(), "127.0.0.1")
+    relay = ScriptedRelay(
+        answers=[Reply(b"250 ok\r\n250 ok\r\n354 go ahead\r\n", trickle=True)], group=3
+    )
+
+    async def scenario(transport: SmtpTransport) -> object:
+        return [await send(transport, n, with_ready=True) for n in (1, 2)]
+
+    outcomes = asyncio.run(with_relay(relay, scenario, tls=(pair.server, pair.client)))
+    assert isinstance(outcomes, list)
+    assert [o.verdict for o in outcomes] == [Verdict.SENT] * 2
+    assert relay.sessions == 1
+    assert len(relay.messages) == 2

@@ -6,6 +6,7 @@ hang until its command timeout, and answers each group as the test says."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -101,12 +102,18 @@ class ScriptedRelay:
 
 
 async def with_relay(
-    relay: ScriptedRelay, scenario: Callable[[SmtpTransport], Awaitable[object]]
+    relay: ScriptedRelay,
+    scenario: Callable[[SmtpTransport], Awaitable[object]],
+    *,
+    tls: tuple[ssl.SSLContext, ssl.SSLContext] | None = None,
 ) -> object:
-    """``scenario`` run with a transport to ``relay``, served on this event loop."""
-    server = await asyncio.start_server(relay.session, "127.0.0.1", 0)
+    """``scenario`` run with a transport to ``relay``, served on this event loop; with ``tls``
+    (the server's context, the client's), over implicit TLS (smtps)."""
+    server_tls, client_tls = tls if tls is not None else (None, None)
+    server = await asyncio.start_server(relay.session, "127.0.0.1", 0, ssl=server_tls)
     port = server.sockets[0].getsockname()[1]
-    transport = SmtpTransport(SmtpConfig("127.0.0.1", port, command_timeout=COMMAND_TIMEOUT))
+    config = SmtpConfig("127.0.0.1", port, use_tls=tls is not None, command_timeout=COMMAND_TIMEOUT)
+    transport = SmtpTransport(config, ssl_context=client_tls)
     try:
         async with server:
             try:
