@@ -234,7 +234,7 @@ class GroupCommitter:
 
     def _connect_early(self) -> None:
         """Check this lane's connection out as the worker starts, while the other lane runs
-        the first recovery pass, rather than in front of the first claim. A database that
+        the first claim, rather than in front of the first recovery pass. A database that
         cannot be reached yet is met again by the first transaction, which fails as usual."""
         with contextlib.suppress(Exception):
             self._lane.conn = self.engine.connect()

@@ -290,9 +290,9 @@ class RateGate:
     # ------------------------------------------------------------ which campaigns are limited
 
     async def prime(self) -> None:
-        """Write this worker's domain limits and read the campaigns' before the first claim
-        (the worker runs it beside its first recovery pass): the first claim's admission then
-        waits for a read at most, not for a new connection and the writes."""
+        """Write this worker's domain limits and read the campaigns' (the worker runs it beside
+        its first claim, whose admission waits for it): the first claim's admission then waits
+        for a read at most, not for a new connection and the writes."""
         await self._refresh([])
 
     async def _refresh(self, jobs: list[ClaimedJob]) -> bool:

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy.engine import Engine
@@ -176,7 +176,19 @@ class Worker:
         self.committer.start()
         background: list[asyncio.Task[None]] = []
         try:
-            await asyncio.gather(self._recover(), self.rates.prime())  # neither raises
+            # The first claim goes before the first recovery pass, which runs once it has
+            # committed, while the first sends open their connections: a worker's first
+            # messages do not wait for recovery's statements (a fresh process plans them
+            # cold). Its jobs are admitted once this worker's rate limits are written and read.
+            # Nothing depends on the order: a claim takes due pending jobs, recovery only
+            # expired leases, and recovery always runs beside claims; jobs it puts back are
+            # claimed at once (``_recover``), and the idle check comes only after it.
+            priming = asyncio.ensure_future(self.rates.prime())  # neither raises
+            if not self.stopping:
+                await self._claim(self._claim_size(), priming)
+                self._start_sends()
+            await priming
+            await self._recover()
             background = [
                 asyncio.create_task(self._heartbeat_loop(), name="heartbeat"),
                 asyncio.create_task(self._recovery_loop(), name="recovery"),
@@ -203,11 +215,7 @@ class Worker:
         cfg = self.config
         prefetch = cfg.concurrency * 2
         while not self.stopping:
-            size = claim_size(  # a wave at most; no claim for a straggler (dispatch.claim_room)
-                concurrency=cfg.concurrency,
-                backlog=len(self._backlog),
-                inflight=len(self._inflight),
-            )
+            size = self._claim_size()
             recently_dry = time.monotonic() < self._next_claim_at()
             claimed = 0
             # While the relay is known down, claiming would only hand jobs straight back.
@@ -225,6 +233,14 @@ class Worker:
                 return
             self._wake.clear()
             await self._wait_wake(await self._idle_wait())
+
+    def _claim_size(self) -> int:
+        """A wave at most; no claim for a straggler (``dispatch.claim_room``)."""
+        return claim_size(
+            concurrency=self.config.concurrency,
+            backlog=len(self._backlog),
+            inflight=len(self._inflight),
+        )
 
     def _next_claim_at(self) -> float:
         """When a claim is worth making (monotonic): at once, unless the last one started
@@ -275,12 +291,17 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), timeout=max(0.01, timeout))
 
-    async def _claim(self, room: int) -> list[ClaimedJob]:
+    async def _claim(
+        self, room: int, before_admission: Awaitable[None] | None = None
+    ) -> list[ClaimedJob]:
         """Claim up to ``room`` jobs; the ones that may go out now join the backlog and are
-        returned (those outside their send window are handed back at once)."""
+        returned (those outside their send window are handed back at once). The first claim
+        admits its jobs once ``before_admission`` (the first rate read) is done."""
         asked_at = time.monotonic()
         try:
             jobs = await self.outbox.claim(room)
+            if before_admission is not None:
+                await before_admission
         except Exception as exc:
             log.warning(
                 "claim failed (will retry): %s",

@@ -1,9 +1,10 @@
 """What a worker does before its first send, on both databases, with a real SMTP server.
 
 A worker started with ``--until-idle`` (a cron job, a drain after a launch) pays its start-up on
-every run: its lanes' connections are checked out as the threads start, its domain limits are
-written beside the first recovery pass, and a claim asks for at most one wave of sends, so the
-first sends start while the next claim runs.
+every run: its lanes' connections are checked out as the threads start, its first claim goes
+before its first recovery pass (its domain limits are written meanwhile, before any job is
+admitted), and a claim asks for at most one wave of sends, so the first sends start while the
+next claim runs.
 """
 
 from __future__ import annotations
@@ -140,3 +141,55 @@ def test_a_database_unreachable_at_the_start_fails_requests_not_the_lanes(
     finally:
         committer.stop()
         engine.dispose()
+
+
+class ClaimResults(OutboxClient):
+    """The worker's outbox client, noting how many jobs each claim took."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        super().__init__(committer)
+        self.taken: list[int] = []
+
+    async def claim(self, limit: int) -> list[ClaimedJob]:
+        jobs = await super().claim(limit)
+        self.taken.append(len(jobs))
+        return jobs
+
+
+def test_a_worker_started_over_a_dead_workers_expired_claims_sends_them_all(
+    tmp_path: Path, engine: Engine, smtp_server: LedgerSMTPServer
+) -> None:
+    """The first claim goes before the first recovery pass, so here it finds nothing: every
+    job is an expired claim of a dead worker. Recovery then puts them back, they are claimed
+    at once, and the ``--until-idle`` worker checks for work only after recovery, so it does
+    not stop with them unsent."""
+    assert launch(engine, campaign(tmp_path / "c", 4)).new_jobs == 4
+    store = OutboxStore(engine.dialect.name)
+    with engine.begin() as conn:
+        dead = store.claim(conn, owner="dead", limit=10, lease_seconds=0.05)
+    assert len(dead) == 4
+    deadline = time.monotonic() + DEADLINE
+    while not _all_expired(engine):
+        assert time.monotonic() < deadline, "the dead worker's leases never expired"
+        time.sleep(0.02)
+    worker = Worker(engine, {"email": smtp(smtp_server)}, fast_config())
+    claims = ClaimResults(worker.committer)
+    worker.outbox = claims
+
+    report = asyncio.run(worker.run())
+
+    assert claims.taken[0] == 0
+    assert report.sent == 4
+    assert report.recovered == 4
+    assert len(smtp_server.accepted_ids()) == 4
+
+
+def _all_expired(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        expired = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM send_job WHERE state = 'claimed'"
+                " AND lease_expires_at < CURRENT_TIMESTAMP"
+            )
+        ).scalar_one()
+    return bool(expired == 4)
