@@ -132,6 +132,14 @@ class BoundPortController(Controller):
         loop.stop()
 
 
+def offering_pipelining(responses: list[str]) -> list[str]:
+    """aiosmtpd's EHLO reply lines with PIPELINING (RFC 2920) added: aiosmtpd reads commands one
+    line at a time from a buffered stream and answers each in order, so a client may send
+    several at once (Herald sends MAIL, RCPT and DATA together: one round trip for the three)."""
+    *lines, last = responses
+    return [*lines, "250-PIPELINING", last]
+
+
 class MaildirSink:
     """aiosmtpd handler storing every message in a Maildir, durably, then replying 250.
 
@@ -172,12 +180,9 @@ class MaildirSink:
         hostname: str,
         responses: list[str],
     ) -> list[str]:
-        """aiosmtpd's EHLO, plus PIPELINING (RFC 2920): it reads commands one line at a time
-        from a buffered stream and answers each in order, so a client may send several at
-        once (Herald sends MAIL and RCPT together: one round trip a message)."""
+        """aiosmtpd's EHLO, plus PIPELINING (``offering_pipelining``)."""
         session.host_name = hostname  # what aiosmtpd does when no hook is given
-        *lines, last = responses
-        return [*lines, "250-PIPELINING", last]
+        return offering_pipelining(responses)
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         content: bytes = envelope.original_content or b""

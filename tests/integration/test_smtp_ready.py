@@ -34,7 +34,7 @@ from dispatch.states import State, is_valid_path
 from dispatch.store import ClaimedJob, Lease, OutboxStore
 from dispatch.transport import Outcome, PreparedSend, Verdict
 from dispatch.worker import Worker
-from herald.sink import BoundPortController
+from herald.sink import BoundPortController, offering_pipelining
 from tests.integration.test_smtp_pool import envelope
 from tests.support.campaign_files import fast_config
 from tests.support.examples import examples
@@ -77,7 +77,7 @@ def watched_server(watched: DataDoor, *, pipelining: bool = False) -> Iterator[i
             lines: list[str],
         ) -> list[str]:
             session.host_name = hostname
-            return [*lines[:-1], "250-PIPELINING", lines[-1]] if pipelining else lines
+            return offering_pipelining(lines) if pipelining else lines
 
         async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
             with watched.lock:
