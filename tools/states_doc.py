@@ -43,7 +43,8 @@ NOTES: dict[str, tuple[str, str]] = {
         "`lease_expires_at` on the database clock, `claims + 1`.",
     ),
     "T4": (
-        "worker, after RCPT, beside the DATA command (which delivers nothing)",
+        "worker, after RCPT, beside the DATA command or once it was answered 354 with MAIL and "
+        "RCPT (PIPELINING; the command delivers nothing)",
         "The only door to a send: committed durably before the first byte of the message. Guard: "
         "same token, enough lease left, attempts left, mailbox not suppressed (`global`, or "
         "the job's `list_scope`), not superseded, campaign active.",
@@ -71,8 +72,8 @@ NOTES: dict[str, tuple[str, str]] = {
     ),
     "T6": (
         "worker",
-        "Nothing was delivered (connect, EHLO, MAIL or RCPT failed temporarily): back to pending "
-        "with backoff.",
+        "Nothing was delivered (connect, EHLO, MAIL or RCPT failed temporarily, or a DATA command "
+        "sent with them was refused): back to pending with backoff.",
     ),
     "T6f": (
         "worker",
