@@ -61,7 +61,7 @@ DATA_TIMEOUT = 600.0
 QUIT_TIMEOUT = 5.0  # seconds: a pooled connection's QUIT at shutdown
 
 
-OPTIONS = ("starttls", "timeout", "data_timeout", "verify", "insecure_auth")
+OPTIONS = ("starttls", "timeout", "data_timeout", "verify", "insecure_auth", "pipelining")
 _TRUE = ("1", "true", "yes")
 _FALSE = ("0", "false", "no")
 
@@ -83,6 +83,9 @@ class SmtpConfig:
     validate_certs: bool = True
 
     insecure_auth: bool = False  # allow AUTH on a connection that is not encrypted
+    # Send MAIL, RCPT and DATA together to a relay that offers PIPELINING; false for a relay
+    # (or a middlebox inspecting SMTP) that offers it and mishandles it.
+    pipelining: bool = True
 
     @classmethod
     def from_url(cls, url: str) -> SmtpConfig:
@@ -110,7 +113,7 @@ class SmtpConfig:
                 f"unknown SMTP URL option(s) in {shown}: {', '.join(sorted(unknown))}"
                 f" (known: {', '.join(OPTIONS)})"
             )
-        for flag in ("starttls", "verify", "insecure_auth"):
+        for flag in ("starttls", "verify", "insecure_auth", "pipelining"):
             if flag in query and query[flag] not in _TRUE + _FALSE:
                 raise SmtpUrlError(f"SMTP URL option {flag} must be true or false in {shown}")
         use_tls = parts.scheme == "smtps"
@@ -135,6 +138,7 @@ class SmtpConfig:
             data_timeout=data_timeout,
             validate_certs=query.get("verify", "true") not in _FALSE,
             insecure_auth=query.get("insecure_auth") in _TRUE,
+            pipelining=query.get("pipelining", "true") not in _FALSE,
         )
 
     def secrets(self) -> list[str]:
@@ -335,7 +339,7 @@ class SmtpTransport:
             sender = self.mail_from(envelope)
             recipient = envelope.recipient
             if is_plain(sender) and is_plain(recipient):
-                if client.supports_extension("pipelining"):  # one round trip for all
+                if self.config.pipelining and client.supports_extension("pipelining"):
                     data = await mail_rcpt_pipelined(
                         client,
                         sender,

@@ -11,6 +11,7 @@ whole.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -313,3 +314,19 @@ def test_over_tls_the_group_and_its_replies_cross_the_encrypted_transport() -> N
     assert [o.verdict for o in outcomes] == [Verdict.SENT] * 2
     assert relay.sessions == 1
     assert len(relay.messages) == 2
+
+
+def test_pipelining_false_in_the_url_sends_one_command_at_a_time() -> None:
+    """For a relay (or a middlebox inspecting SMTP) that offers PIPELINING and mishandles it:
+    with ``pipelining=false`` the client waits for MAIL's reply before RCPT, so this relay,
+    which answers only whole groups, never answers."""
+    relay = ScriptedRelay(answers=[])
+
+    async def scenario(transport: SmtpTransport) -> object:
+        transport.config = dataclasses.replace(transport.config, pipelining=False)
+        return await send(transport, 1, with_ready=True)
+
+    outcome = asyncio.run(with_relay(relay, scenario))
+    assert isinstance(outcome, Outcome)
+    assert outcome.verdict is Verdict.RETRY
+    assert relay.transactions == []

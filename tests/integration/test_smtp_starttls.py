@@ -207,10 +207,17 @@ def test_a_server_echoing_the_password_in_its_refusal_is_scrubbed(
 def test_url_options(query: str, expected: tuple[bool, bool, bool]) -> None:
     config = SmtpConfig.from_url(f"smtp://u:p@relay.test:587{query}")
     assert (config.starttls, config.insecure_auth, config.validate_certs) == expected
+    assert config.pipelining
+
+
+def test_pipelining_can_be_turned_off() -> None:
+    assert not SmtpConfig.from_url("smtp://relay.test:25?pipelining=false").pipelining
+    assert SmtpConfig.from_url("smtp://relay.test:25?pipelining=true").pipelining
 
 
 @pytest.mark.parametrize(
-    "query", ["?insecure_auth=maybe", "?starttls=2", "?timeout=soon", "?tls=true"]
+    "query",
+    ["?insecure_auth=maybe", "?starttls=2", "?timeout=soon", "?tls=true", "?pipelining=sometimes"],
 )
 def test_bad_url_options_are_errors(query: str) -> None:
     with pytest.raises(SmtpUrlError):
