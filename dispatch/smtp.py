@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import socket
 import ssl
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -197,6 +198,8 @@ class SmtpTransport:
         # socket, before the server's reply is read (the RFC 1047 gap).
         self.instrumentation = instrumentation
         self._idle: list[aiosmtplib.SMTP] = []
+        # Every connection opened and not yet collected, pooled or not (``aclose``).
+        self._opened: weakref.WeakSet[aiosmtplib.SMTP] = weakref.WeakSet()
         self.redact = Redactor(config.secrets())
         # This host's name for EHLO, looked up once per event loop (``_local_name``).
         self._naming: tuple[asyncio.AbstractEventLoop, asyncio.Future[str]] | None = None
@@ -235,6 +238,7 @@ class SmtpTransport:
             validate_certs=cfg.validate_certs,
             tls_context=self.ssl_context,
         )
+        self._opened.add(client)
         try:
             await client.connect()
             await self._secure_and_login(client)
@@ -401,9 +405,13 @@ class SmtpTransport:
     async def aclose(self) -> None:
         """QUIT on every idle connection at once: a worker's shutdown waits one relay round
         trip (at most ``QUIT_TIMEOUT``), not one per pooled connection. A connection that does
-        not answer in time is closed."""
+        not answer in time is closed, and so is any other still open: a send cancelled at
+        shutdown may have left its connection waiting in DATA (closing it delivers nothing)."""
         idle, self._idle = self._idle, []
         await asyncio.gather(*(_quit(client) for client in idle))
+        for client in list(self._opened):
+            if client.is_connected:
+                client.close()
 
 
 class _PreparedSmtp:

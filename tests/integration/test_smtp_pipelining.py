@@ -330,3 +330,23 @@ def test_pipelining_false_in_the_url_sends_one_command_at_a_time() -> None:
     assert isinstance(outcome, Outcome)
     assert outcome.verdict is Verdict.RETRY
     assert relay.transactions == []
+
+
+def test_closing_the_transport_closes_a_connection_left_waiting_in_data() -> None:
+    """A send cancelled at a worker's shutdown (in T4, after DATA was answered) leaves its
+    connection out of the pool, waiting for a message: ``aclose`` closes it all the same, and
+    the relay delivers nothing."""
+    relay = ScriptedRelay(answers=[], group=3)
+
+    async def scenario(transport: SmtpTransport) -> object:
+        prepared = await transport.prepare(envelope(1), with_ready=True)
+        assert not isinstance(prepared, Outcome)
+        client = prepared.client  # type: ignore[attr-defined]
+        assert client.is_connected
+        assert transport._idle == []
+        await transport.aclose()
+        return client.is_connected
+
+    still_connected = asyncio.run(with_relay(relay, scenario))
+    assert still_connected is False
+    assert relay.messages == []
