@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from sqlalchemy.dialects import postgresql, sqlite
 
 
+NUL = "\x00"
+SHOWN_NUL = "\\x00"  # how ForeignText stores a NUL: backslash, x, 0, 0
+
+
 class ForeignText(sa.types.TypeDecorator[str]):
     """Text that came from outside (a server's reply, a receiver's body, an exception): stored
     with every NUL shown as the four characters ``\\x00``.
@@ -45,7 +49,7 @@ class ForeignText(sa.types.TypeDecorator[str]):
     cache_ok = True
 
     def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else value.replace("\x00", "\\x00")
+        return None if value is None else value.replace(NUL, SHOWN_NUL)
 
 
 class IndexedChoice(sa.types.TypeDecorator[str]):
@@ -130,12 +134,17 @@ class UtcTimestamp(sa.types.TypeDecorator[datetime]):
     def result_processor(
         self, dialect: Dialect, coltype: Any
     ) -> Callable[[Any], datetime | None] | None:
-        """On SQLite, epoch seconds straight to an aware datetime: the same values as
+        """Straight to an aware UTC datetime: on SQLite from epoch seconds, on PostgreSQL from
+        the driver's aware datetime (in the session's time zone). The same values as
         ``process_result_value``, without TypeDecorator's two calls and type tests per value
         (2.5 of 3 µs a value; the drain reads one for every job it claims and starts)."""
-        if dialect.name != "sqlite" or self.impl_instance.result_processor(dialect, coltype):
+        if self.impl_instance.result_processor(dialect, coltype):
             return super().result_processor(dialect, coltype)
-        return _from_epoch
+        if dialect.name == "sqlite":
+            return _from_epoch
+        if dialect.name == "postgresql":
+            return _to_utc
+        return super().result_processor(dialect, coltype)
 
 
 def _from_epoch(value: Any) -> datetime | None:
@@ -145,6 +154,12 @@ def _from_epoch(value: Any) -> datetime | None:
 
 
 _fromtimestamp = datetime.fromtimestamp
+
+
+def _to_utc(value: datetime | None) -> datetime | None:
+    # psycopg hands back ``timestamptz`` as an aware datetime; anything else fails here, as it
+    # would in process_result_value.
+    return None if value is None else value.astimezone(UTC)
 
 
 class db_now(FunctionElement[datetime]):

@@ -114,13 +114,14 @@ class ClaimedJob:
     send_attempts: int
     max_send_attempts: int
     send_window: str | None = None  # NewJob.send_window, as stored
+    # (id, token), made once: a send reads it a dozen times (its lease, its slot, its rates).
+    lease: Lease = field(init=False, repr=False, compare=False)
 
-    @property
-    def lease(self) -> Lease:
-        return (self.id, self.token)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease", (self.id, self.token))
 
 
-CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedJob))
+CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedJob) if f.init)
 _new = object.__new__
 
 
@@ -131,7 +132,9 @@ def claimed_job(values: tuple[Any, ...]) -> ClaimedJob:
     result is the same frozen, equal, hashable instance.
     """
     job: ClaimedJob = _new(ClaimedJob)
-    job.__dict__.update(zip(CLAIMED_FIELDS, values, strict=True))
+    filled = job.__dict__
+    filled.update(zip(CLAIMED_FIELDS, values, strict=True))
+    filled["lease"] = (filled["id"], filled["token"])
     return job
 
 

@@ -17,6 +17,7 @@ def test_claimed_job_is_the_dataclass_s_own() -> None:
     assert hash(fast) == hash(slow)
     assert repr(fast) == repr(slow)
     assert fast.lease == (7, 3)
+    assert dataclasses.replace(fast, token=4).lease == (7, 4)
     assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.token = 4  # type: ignore[misc]

@@ -1,11 +1,14 @@
-"""UtcTimestamp's SQLite result processor (epoch seconds straight to an aware datetime) gives
-exactly what ``process_result_value`` gives, for every value SQLite can hand back for the column:
-a REAL, an INTEGER, NULL. It exists for speed only (the drain reads a timestamp for every job it
-claims and every job it starts), so it must not change a single value.
+"""UtcTimestamp's direct result processors give exactly what ``process_result_value`` gives: on
+SQLite (epoch seconds straight to an aware datetime) for every value SQLite can hand back for
+the column, a REAL, an INTEGER, NULL; on PostgreSQL (the driver's aware datetime straight to
+UTC) for a datetime at any offset, and NULL. They exist for speed only (the drain reads a
+timestamp for every job it claims and every job it starts), so they must not change a single
+value.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,11 +37,31 @@ STORED = (
 )
 
 
-def test_sqlite_reads_through_the_direct_processor() -> None:
-    processor = UtcTimestamp()._cached_result_processor(SQLITE, None)
-    assert processor is dbtypes._from_epoch
-    # PostgreSQL keeps TypeDecorator's chain (its values are datetimes, converted to UTC).
-    assert UtcTimestamp()._cached_result_processor(POSTGRES, None) is not processor
+def test_each_database_reads_through_its_direct_processor() -> None:
+    assert UtcTimestamp()._cached_result_processor(SQLITE, None) is dbtypes._from_epoch
+    assert UtcTimestamp()._cached_result_processor(POSTGRES, None) is dbtypes._to_utc
+
+
+# What psycopg hands back for a timestamptz: an aware datetime in the session's time zone.
+AWARE = st.builds(
+    lambda moment, minutes: moment.astimezone(timezone(timedelta(minutes=minutes))),
+    st.datetimes(
+        min_value=datetime(2, 1, 1), max_value=datetime(9998, 12, 31), timezones=st.just(UTC)
+    ),
+    st.integers(min_value=-23 * 60 - 59, max_value=23 * 60 + 59),
+)
+
+
+@settings(max_examples=examples(200))
+@given(value=st.none() | AWARE)
+def test_postgres_processor_matches_process_result_value(value: datetime | None) -> None:
+    processor = UtcTimestamp()._cached_result_processor(POSTGRES, None)
+    assert processor is not None
+    expected = UtcTimestamp().process_result_value(value, POSTGRES)
+    got = processor(value)
+    assert got == expected
+    if got is not None and expected is not None:
+        assert got.tzinfo is expected.tzinfo is UTC
 
 
 @settings(max_examples=examples(200))
