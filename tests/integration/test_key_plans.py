@@ -28,6 +28,7 @@ from dispatch.outbox.keyed import with_key_prefix, with_keys
 from dispatch.outbox.versions import superseded_keys
 from dispatch.store import OutboxStore
 from scheduler.job_lookup import outcomes
+from tests.support.examples import examples
 from tests.support.outboxes import new_job
 
 J = send_job.c
@@ -132,7 +133,9 @@ def _populate(engine: Engine, keys: list[str]) -> set[str]:
 
 
 SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 
