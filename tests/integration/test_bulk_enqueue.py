@@ -161,6 +161,29 @@ def test_copy_enqueue_twice_in_one_transaction_and_again_after_commit(pg_engine:
             empty_outbox(conn)
 
 
+def test_batches_in_one_transaction_leave_nothing_in_the_staging_table(pg_engine: Engine) -> None:
+    """Emptied by DELETE, the staging table kept every earlier batch's rows, dead, until the
+    transaction ended, and each later batch's scans read them all again: a new version of
+    100,000 jobs (one transaction) took 34 s, growing with the square of the audience. Emptied
+    by TRUNCATE, it holds no page after a batch, however many came before."""
+    store = OutboxStore("postgresql")
+    size = sa.text(f"SELECT pg_relation_size('{bulk_enqueue.STAGE}')")
+    try:
+        with pg_engine.begin() as conn:
+            for batch in range(5):
+                jobs = [
+                    _fresh(f"b{batch}-{i}", f"r{batch}-{i}", campaign="many") for i in range(200)
+                ]
+                assert store.enqueue(conn, jobs) == 200
+                assert conn.execute(size).scalar_one() == 0, batch
+            # Again, every key taken: the conflicting path empties it as well.
+            assert store.enqueue(conn, jobs, replace_pending=True) == 0
+            assert conn.execute(size).scalar_one() == 0
+    finally:
+        with pg_engine.begin() as conn:
+            empty_outbox(conn)
+
+
 def test_new_keys_go_in_without_on_conflict_and_a_taken_one_falls_back(
     pg_engine: Engine,
 ) -> None:
