@@ -5,7 +5,7 @@ windows, zones and instants: the next opening is never before the instant and is
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from zoneinfo import available_timezones
+from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
 from hypothesis import example, given, settings
@@ -199,3 +199,29 @@ def test_the_next_opening_is_not_before_the_instant_and_is_open(
         if probe < opening:
             assert not window_.contains(probe), (probe, opening)
     assert gap < timedelta(days=15)
+
+
+def test_a_zone_name_is_looked_up_once_known_or_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audience's timezone column repeats one spelling row after row: a name the machine
+    does not know (a search of every zone directory and an import of tzdata each time, about
+    160 µs) is remembered as well as a known one."""
+    from dispatch import wallclock
+
+    looked_up: list[str] = []
+
+    def counting(name: str) -> ZoneInfo:
+        looked_up.append(name)
+        return ZoneInfo(name)
+
+    wallclock._known.cache_clear()
+    monkeypatch.setattr(wallclock, "ZoneInfo", counting)
+    try:
+        for _ in range(3):
+            with pytest.raises(wallclock.UnknownZone):
+                wallclock.zone("CET+1")
+            assert str(wallclock.zone("Europe/Berlin")) == "Europe/Berlin"
+        with pytest.raises(wallclock.UnknownZone):
+            wallclock.zone("../etc/passwd")  # refused before any lookup
+    finally:
+        wallclock._known.cache_clear()
+    assert looked_up == ["CET+1", "Europe/Berlin"]
