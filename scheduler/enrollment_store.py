@@ -97,6 +97,11 @@ class EnrollmentStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
         self.dialect_name = dialect_name
+        self._insert = (
+            dialect_insert(enrollment_table, dialect_name)
+            .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
+            .returning(E.mailbox)
+        )
 
     def enroll(
         self,
@@ -132,12 +137,10 @@ class EnrollmentStore:
                 }
                 for entry in entries[start : start + CHUNK]
             ]
-            insert = dialect_insert(enrollment_table, self.dialect_name)
-            result = conn.execute(
-                insert.values(rows)
-                .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
-                .returning(E.mailbox)
-            )
+            # One statement with its rows as parameters, not a VALUES list written into it:
+            # SQLAlchemy compiled a VALUES list of 500 rows afresh for every chunk (a third of
+            # a drip launch's time); a parameter list it sends as multi-row INSERTs itself.
+            result = conn.execute(self._insert, rows)
             created += result.scalars().all()
         return created
 
