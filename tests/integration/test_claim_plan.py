@@ -20,6 +20,7 @@ from dispatch.states import State
 from dispatch.store import Completion, NewJob, OutboxStore
 from herald.db import POOLER_VARIABLE, create_engine
 from tests.support.outboxes import new_job
+from tests.support.plans import explained
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,23 +44,12 @@ def _unanalysed_backlog(engine: Engine) -> OutboxStore:
 
 def test_claim_never_sorts_the_backlog(engine: Engine) -> None:
     store = _unanalysed_backlog(engine)
-    plans: list[str] = []
-
-    def explain(conn: sa.Connection, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "FOR UPDATE SKIP LOCKED" in statement:  # the claim, planned as it is about to run
-            with conn.connection.dbapi_connection.cursor() as c:  # type: ignore[union-attr]
-                c.execute("EXPLAIN " + statement, params)
-                plans.append("\n".join(row[0] for row in c.fetchall()))
-
-    event.listen(engine, "before_cursor_execute", explain)
-    try:
-        with engine.begin() as conn:
-            claimed = store.claim(conn, owner="w", limit=50, lease_seconds=60)
-            after = conn.exec_driver_sql(
-                "SELECT current_setting('enable_sort'), current_setting('enable_bitmapscan')"
-            ).one()
-    finally:
-        event.remove(engine, "before_cursor_execute", explain)
+    the_claim = explained(engine, lambda statement: "FOR UPDATE SKIP LOCKED" in statement)
+    with the_claim as plans, engine.begin() as conn:
+        claimed = store.claim(conn, owner="w", limit=50, lease_seconds=60)
+        after = conn.exec_driver_sql(
+            "SELECT current_setting('enable_sort'), current_setting('enable_bitmapscan')"
+        ).one()
     assert [job.key for job in claimed] == [f"{i:064d}" for i in range(50)]
     (plan,) = plans
     assert "ix_send_job_due" in plan, plan

@@ -19,7 +19,6 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from dispatch.key_lookup import match_prefix
@@ -30,6 +29,7 @@ from dispatch.store import OutboxStore
 from scheduler.job_lookup import outcomes
 from tests.support.examples import examples
 from tests.support.outboxes import new_job
+from tests.support.plans import explained
 
 J = send_job.c
 LATER = datetime.now(UTC) + timedelta(hours=1)
@@ -52,20 +52,9 @@ def _unanalysed(engine: Engine) -> OutboxStore:
 
 def _plans_of(engine: Engine, run: Callable[[sa.Connection], Any]) -> tuple[Any, list[str]]:
     """What ``run`` returns, and the plan of each statement it ran that reads send_key."""
-    plans: list[str] = []
-
-    def explain(conn: sa.Connection, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if "FROM send_key" in statement:  # planned as it is about to run, with its parameters
-            with conn.connection.dbapi_connection.cursor() as c:  # type: ignore[union-attr]
-                c.execute("EXPLAIN " + statement, params)
-                plans.append("\n".join(row[0] for row in c.fetchall()))
-
-    event.listen(engine, "before_cursor_execute", explain)
-    try:
-        with engine.begin() as conn:
-            result = run(conn)
-    finally:
-        event.remove(engine, "before_cursor_execute", explain)
+    reading_send_key = explained(engine, lambda statement: "FROM send_key" in statement)
+    with reading_send_key as plans, engine.begin() as conn:
+        result = run(conn)
     return result, plans
 
 
