@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from dbtypes import db_now, db_now_plus, dialect_insert, seconds
+from dispatch.outbox import bulk_enqueue
 from scheduler.models import audience_fetch_table, audience_snapshot_table, occurrence_table
 
 Occ = occurrence_table.c
@@ -206,7 +207,9 @@ class SnapshotStore:
         )
         if owned.rowcount != 1:
             return False
-        if rows:
+        if rows and bulk_enqueue.usable(conn):
+            bulk_enqueue.wrapped(conn, _copy_snapshot_rows, conn, campaign, occurrence_at, rows)
+        elif rows:
             conn.execute(
                 sa.insert(audience_snapshot_table),
                 [{"campaign": campaign, "occurrence_at": occurrence_at, **row} for row in rows],
@@ -284,3 +287,30 @@ class SnapshotStore:
             .limit(limit)
         )
         return [(row.line, row.problem) for row in rows]
+
+
+# A snapshot's rows by COPY on PostgreSQL (psycopg), as the fan-out enqueues: an executemany
+# INSERT cost the server about 55 µs a row, most of a 50,000-row URL audience's fetch.
+_SNAPSHOT_COLUMNS = (
+    ("position", "int4"),
+    ("line", "int4"),
+    ("email", "text"),
+    ("name", "text"),
+    ("variables", "text"),
+    ("problem", "text"),
+)
+_COPY_SNAPSHOT = (
+    "COPY audience_snapshot (campaign, occurrence_at, "
+    + ", ".join(name for name, _ in _SNAPSHOT_COLUMNS)
+    + ") FROM STDIN (FORMAT BINARY)"
+)
+
+
+def _copy_snapshot_rows(
+    conn: sa.Connection, campaign: str, occurrence_at: datetime, rows: Sequence[dict[str, Any]]
+) -> None:
+    raw: Any = conn.connection.driver_connection
+    with raw.cursor() as cursor, cursor.copy(_COPY_SNAPSHOT) as copy:
+        copy.set_types(["text", "timestamptz", *(type_ for _, type_ in _SNAPSHOT_COLUMNS)])
+        for row in rows:
+            copy.write_row((campaign, occurrence_at, *(row[name] for name, _ in _SNAPSHOT_COLUMNS)))

@@ -179,7 +179,7 @@ def copy_enqueue(
     """
     if not jobs:
         return 0
-    created: int = _wrapped(conn, _copy_enqueue, conn, jobs, replace_pending=replace_pending)
+    created: int = wrapped(conn, _copy_enqueue, conn, jobs, replace_pending=replace_pending)
     return created
 
 
@@ -193,25 +193,25 @@ def stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
     in the caller's transaction; each staged row draws its job id. Nothing is in the outbox
     until ``insert_staged`` runs in the same transaction (the fan-out's pipeline stages the
     next batch while the previous one is inserted: scheduler.fanout_writer)."""
-    _wrapped(conn, _stage, conn, jobs)
+    wrapped(conn, _stage, conn, jobs)
 
 
 def insert_staged(conn: sa.Connection, jobs: Sequence[NewJob]) -> int:
     """The second half of ``copy_enqueue`` for the batch ``stage`` staged (``jobs``, the same
     sequence): the new ones inserted and journalled (T1); returns how many were new."""
-    created: int = _wrapped(conn, _insert_staged, conn, jobs, replace_pending=False)
+    created: int = wrapped(conn, _insert_staged, conn, jobs, replace_pending=False)
     return created
 
 
-def _wrapped(conn: sa.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def wrapped(conn: sa.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn`` with the raw driver's errors wrapped as SQLAlchemy would wrap them, so a database
-    refusal here reaches the caller's error mapping like one from any other statement."""
+    refusal in a COPY reaches the caller's error mapping like one from any other statement."""
     dbapi_error = conn.dialect.loaded_dbapi.Error
     try:
         return fn(*args, **kwargs)
     except dbapi_error as exc:
         raise sa.exc.DBAPIError.instance(
-            "COPY enqueue", None, exc, dbapi_error, dialect=conn.dialect
+            "COPY", None, exc, dbapi_error, dialect=conn.dialect
         ) from exc
 
 
