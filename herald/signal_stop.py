@@ -17,6 +17,9 @@ import threading
 import time
 from collections.abc import Iterator
 
+# How long a wait may go without giving Python's signal handlers a chance to run (``wait``).
+HANDLER_TICK = 0.2
+
 
 class SignalStop:
     def __init__(self) -> None:
@@ -34,13 +37,21 @@ class SignalStop:
         return self._set
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Until set or ``timeout`` seconds have passed; whether it is set."""
+        """Until set or ``timeout`` seconds have passed; whether it is set.
+
+        The wait wakes every ``HANDLER_TICK`` seconds. The kernel may deliver a signal to any
+        thread of the process (the sink has three). Only the main thread runs Python's handler,
+        and only once it runs bytecode again: a ``select`` with no timeout there would sleep
+        through a signal another thread took. A stopped ``herald sink`` once waited out a
+        test's 60 s that way (tests/unit/test_signal_stop.py).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._set:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 break
-            select.select([self._read], [], [], remaining)  # a signal also ends the wait
+            tick = HANDLER_TICK if remaining is None else min(remaining, HANDLER_TICK)
+            select.select([self._read], [], [], tick)  # the handler writes to the pipe
         return self._set
 
     def close(self) -> None:

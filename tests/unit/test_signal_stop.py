@@ -97,3 +97,28 @@ def test_signal_sets_changes_nothing_off_the_main_thread() -> None:
         assert not stop.is_set()
     finally:
         stop.close()
+
+
+def test_a_signal_another_thread_takes_still_ends_the_wait() -> None:
+    """The kernel may hand a process's signal to any of its threads. Python runs the handler in
+    the main thread, but only when that thread runs bytecode again: a main thread asleep in
+    ``select`` with no timeout slept through it (a stopped ``herald sink`` waited out a test's
+    60 s). The signal goes to another thread here on purpose."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("signal handlers need the main thread")
+    stop = SignalStop()
+    parked = threading.Event()
+    other = threading.Thread(target=parked.wait, args=(60,), daemon=True)
+    other.start()
+    assert other.ident is not None
+    timer = threading.Timer(0.05, signal.pthread_kill, (other.ident, signal.SIGUSR1))
+    try:
+        with signal_sets(signal.SIGUSR1, stop):
+            started = time.monotonic()
+            timer.start()
+            assert stop.wait(60)
+            assert time.monotonic() - started < 30
+    finally:
+        timer.cancel()
+        parked.set()
+        stop.close()
