@@ -99,11 +99,15 @@ _CREATE: Final = (
     + ", id bigint NOT NULL DEFAULT nextval('send_job_id_seq')"
     + ") ON COMMIT DELETE ROWS; END IF; END $$"
 )
-# TRUNCATE, not DELETE: a new campaign version stages every batch in ONE transaction, where the
-# rows a DELETE leaves dead stay in the table to its end, and every later batch's scans read
-# them all again (a new version of 100,000 jobs took 34 s, growing with the square of the
-# audience). TRUNCATE gives the session's own temp table a fresh, empty file.
-_EMPTY: Final = f"TRUNCATE {STAGE}"
+# How a call empties the staging table after use. ``copy_enqueue`` may be one of many calls in
+# one transaction (a new campaign version stages every batch in ONE transaction): there rows a
+# DELETE leaves dead stay in the table to its end, and every later batch's scans read them all
+# again (a new version of 100,000 jobs took 34 s, growing with the square of the audience), so
+# it TRUNCATEs (a fresh, empty file). ``insert_staged``'s transaction holds one batch and
+# commits right after: a DELETE of that batch costs less than a new file (5 % of an enqueue of
+# 1,000-job batches).
+_TRUNCATE: Final = f"TRUNCATE {STAGE}"
+_DELETE: Final = f"DELETE FROM {STAGE}"  # noqa: S608
 _COPY: Final = f"COPY {STAGE} ({', '.join(n for n, _ in _STAGED)}) FROM STDIN (FORMAT BINARY)"
 
 # The columns a new job starts with that do not come from the NewJob (ClaimOps.enqueue's too).
@@ -185,7 +189,7 @@ def copy_enqueue(
 
 def _copy_enqueue(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool) -> int:
     _stage(conn, jobs)
-    return _insert_staged(conn, jobs, replace_pending=replace_pending)
+    return _insert_staged(conn, jobs, replace_pending=replace_pending, empty=_TRUNCATE)
 
 
 def stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
@@ -198,8 +202,9 @@ def stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
 
 def insert_staged(conn: sa.Connection, jobs: Sequence[NewJob]) -> int:
     """The second half of ``copy_enqueue`` for the batch ``stage`` staged (``jobs``, the same
-    sequence): the new ones inserted and journalled (T1); returns how many were new."""
-    created: int = wrapped(conn, _insert_staged, conn, jobs, replace_pending=False)
+    sequence): the new ones inserted and journalled (T1); returns how many were new. Its
+    transaction stages nothing else (see ``_DELETE``)."""
+    created: int = wrapped(conn, _insert_staged, conn, jobs, replace_pending=False, empty=_DELETE)
     return created
 
 
@@ -247,7 +252,9 @@ def _stage(conn: sa.Connection, jobs: Sequence[NewJob]) -> None:
                 )
 
 
-def _insert_staged(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool) -> int:
+def _insert_staged(
+    conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pending: bool, empty: str
+) -> int:
     raw: Any = conn.connection.driver_connection
     with raw.cursor() as cursor:
         created = None if replace_pending else _insert_new(conn, cursor)
@@ -259,7 +266,7 @@ def _insert_staged(conn: sa.Connection, jobs: Sequence[NewJob], *, replace_pendi
                 cursor.execute(_REPLACE)
             else:
                 replace_each(conn, jobs)
-        cursor.execute(_EMPTY)
+        cursor.execute(empty)
     return created
 
 
