@@ -43,11 +43,14 @@ def test_set_never_takes_a_lock_the_waiting_thread_could_hold() -> None:
 @settings(max_examples=25, deadline=None)
 @given(delay=st.floats(min_value=0.0, max_value=0.02))
 def test_a_signal_during_wait_ends_it_promptly(delay: float) -> None:
+    _ends_the_wait_promptly(threading.Timer(delay, os.kill, (os.getpid(), signal.SIGUSR1)))
+
+
+def _ends_the_wait_promptly(timer: threading.Timer) -> None:
+    """``timer`` sends SIGUSR1 while the main thread waits on a stop the signal sets."""
     if threading.current_thread() is not threading.main_thread():
         pytest.fail("signal handlers need the main thread")
     stop = SignalStop()
-    pid = os.getpid()
-    timer = threading.Timer(delay, os.kill, (pid, signal.SIGUSR1))
     try:
         with signal_sets(signal.SIGUSR1, stop):
             started = time.monotonic()
@@ -104,21 +107,13 @@ def test_a_signal_another_thread_takes_still_ends_the_wait() -> None:
     the main thread, but only when that thread runs bytecode again: a main thread asleep in
     ``select`` with no timeout slept through it (a stopped ``herald sink`` waited out a test's
     60 s). The signal goes to another thread here on purpose."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.fail("signal handlers need the main thread")
-    stop = SignalStop()
     parked = threading.Event()
     other = threading.Thread(target=parked.wait, args=(60,), daemon=True)
     other.start()
     assert other.ident is not None
-    timer = threading.Timer(0.05, signal.pthread_kill, (other.ident, signal.SIGUSR1))
     try:
-        with signal_sets(signal.SIGUSR1, stop):
-            started = time.monotonic()
-            timer.start()
-            assert stop.wait(60)
-            assert time.monotonic() - started < 30
+        _ends_the_wait_promptly(
+            threading.Timer(0.05, signal.pthread_kill, (other.ident, signal.SIGUSR1))
+        )
     finally:
-        timer.cancel()
         parked.set()
-        stop.close()
