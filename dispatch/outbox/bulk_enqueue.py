@@ -40,8 +40,8 @@ batch while another inserts the last (``scheduler.fanout_writer``).
 The staging table is per session (``TEMP``) and created inside the caller's transaction if
 missing, so it also works through a transaction-mode pooler: whichever server connection runs
 the transaction has it by then. ``ON COMMIT DELETE ROWS`` empties it at commit, and each call
-empties it after use too (TRUNCATE), since a new campaign version enqueues many batches in one
-transaction.
+empties it after use too (``_TRUNCATE``, ``_DELETE``), since a new campaign version enqueues
+many batches in one transaction.
 """
 
 from __future__ import annotations
