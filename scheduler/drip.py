@@ -152,27 +152,27 @@ def _write(
             raise CampaignConflict(
                 f"campaign {name!r} changed during a scheduler pass", hint="the next pass retries"
             )
-        # Rows in id order, as every scheduler takes them: PostgreSQL row locks are then
-        # always taken in one order, and two passes wait for each other instead of deadlocking.
-        changes: list[tuple[EnrollmentRow, NewJob | tuple[str, str | None]]] = [
-            (item.row, job) for item, job in composed
-        ]
-        changes += [(row, (state, reason)) for row, state, reason in finished]
-        jobs: list[NewJob] = []
-        for row, change in sorted(changes, key=lambda entry: entry[0].id):
-            if isinstance(change, NewJob):
-                # The guarded UPDATE first: only the scheduler that moves next_step inserts.
-                if store.advance(conn, row.id, row.next_step):
-                    jobs.append(change)
-                continue
-            state, reason = change
+        # Every row this transaction changes is locked first, in id order, as every scheduler
+        # takes them: two passes then wait for each other instead of deadlocking.
+        store.lock(conn, [item.row.id for item, _ in composed] + [row.id for row, *_ in finished])
+        # The guarded UPDATE first: only the scheduler that moves next_step inserts the job.
+        moved = store.advance_many(
+            conn, [(item.row.id, item.row.next_step) for item, _ in composed]
+        )
+        jobs = [job for item, job in sorted(composed, key=_by_id) if item.row.id in moved]
+        done = [row.id for row, state, _ in finished if state == DONE]
+        report.done += len(store.finish_many(conn, done, DONE))
+        for row, state, reason in sorted(finished, key=lambda entry: entry[0].id):
             if state == DONE:
-                report.done += store.finish(conn, row.id, DONE) is not None
                 continue
             ended = end_drip(conn, name, step_ids, row, state, reason=reason or state, actor=actor)
             report.ended += ended is not None
         if jobs:
             report.materialised += outbox.enqueue(conn, jobs)
+
+
+def _by_id(entry: tuple[_Next, NewJob]) -> int:
+    return entry[0].row.id
 
 
 def _compose(

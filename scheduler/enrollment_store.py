@@ -93,6 +93,26 @@ def _row(r: Any) -> EnrollmentRow:
     )
 
 
+def _ids_of_batch(is_postgres: bool) -> sa.ColumnElement[bool]:
+    """``enrollment.id`` among the bound ``ids``.
+
+    PostgreSQL: ``id = ANY (:ids)``, one bound array, which the plan finds by primary key.
+    Herald plans generically (``plan_cache_mode = force_generic_plan``), and the form
+    ``id IN (…500 parameters…) AND state = …`` was planned, on enrollments no ANALYZE had seen,
+    as a scan of the state index that tested every active enrollment against the batch, once
+    per batch: a drip pass quadratic in its enrollments (tests/integration/test_drip_plans.py).
+    SQLite: ``IN``, planned with the values.
+    """
+    if not is_postgres:
+        return E.id.in_(sa.bindparam("ids", expanding=True))
+    # Imported here, as dbtypes.dialect_insert does: the PostgreSQL dialect costs every SQLite
+    # command ~40 ms of start-up at import.
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    array = sa.cast(sa.bindparam("ids", type_=sa.Text()), ARRAY(sa.BigInteger()))
+    return E.id == sa.any_(array)
+
+
 class EnrollmentStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
@@ -101,6 +121,22 @@ class EnrollmentStore:
             dialect_insert(enrollment_table, dialect_name)
             .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
             .returning(E.mailbox)
+        )
+        # Built once: a drip pass moves hundreds of enrollments a transaction, and building
+        # a statement per row cost more than running it.
+        ids = _ids_of_batch(self.is_postgres)
+        self._lock = sa.select(E.id).where(ids).order_by(E.id).with_for_update()
+        self._advance = (
+            sa.update(enrollment_table)
+            .where(ids, E.state == ACTIVE, E.next_step == sa.bindparam("from_step"))
+            .values(next_step=sa.bindparam("to_step"), updated_at=db_now())
+            .returning(E.id)
+        )
+        self._finish = (
+            sa.update(enrollment_table)
+            .where(ids, E.state == ACTIVE)
+            .values(state=sa.bindparam("to_state"), ended_reason=None, updated_at=db_now())
+            .returning(E.id)
         )
 
     def enroll(
@@ -173,6 +209,12 @@ class EnrollmentStore:
         )
         return [(r.id, r.mailbox) for r in rows]
 
+    def _ids(self, ids: Sequence[int]) -> list[int] | str:
+        """``ids`` bound as ``_ids_of_batch`` reads them: an array literal on PostgreSQL."""
+        if self.is_postgres:
+            return "{" + ",".join([str(int(i)) for i in ids]) + "}"
+        return list(ids)
+
     def active_suppressed(
         self, conn: sa.Connection, campaign: str, scopes: Sequence[str]
     ) -> list[EnrollmentRow]:
@@ -197,19 +239,52 @@ class EnrollmentStore:
             found += [_row(r) for r in rows]
         return found
 
-    def advance(self, conn: sa.Connection, enrollment_id: int, from_step: int) -> bool:
-        """``next_step`` from ``from_step`` to the next; False if another scheduler (or a
-        state change) got there first: the caller's transaction must then write nothing."""
-        result = conn.execute(
-            sa.update(enrollment_table)
-            .where(
-                E.id == enrollment_id,
-                E.state == ACTIVE,
-                E.next_step == from_step,
-            )
-            .values(next_step=from_step + 1, updated_at=db_now())
-        )
-        return result.rowcount == 1
+    def lock(self, conn: sa.Connection, ids: Sequence[int]) -> None:
+        """Lock these enrollments' rows in id order (PostgreSQL; SQLite has one writer).
+
+        Every scheduler takes enrollment rows in id order, so two passes wait for each other
+        instead of deadlocking. A batched UPDATE locks its rows in whatever order its plan
+        reads them, so a transaction that changes many takes their locks here first.
+        """
+        if not self.is_postgres:
+            return
+        ordered = sorted(set(ids))
+        for start in range(0, len(ordered), CHUNK):
+            conn.execute(self._lock, {"ids": self._ids(ordered[start : start + CHUNK])}).all()
+
+    def advance_many(self, conn: sa.Connection, moves: Sequence[tuple[int, int]]) -> set[int]:
+        """Each (enrollment id, from_step): ``next_step`` from ``from_step`` to the next.
+
+        Returns the ids that moved. An id missing from it was moved (or ended) by another
+        scheduler first: the caller must not write its step. One guarded UPDATE per step
+        and chunk, not one per enrollment (``lock`` the rows first on PostgreSQL).
+        """
+        by_step: dict[int, list[int]] = {}
+        for enrollment_id, from_step in moves:
+            by_step.setdefault(from_step, []).append(enrollment_id)
+        moved: set[int] = set()
+        for from_step, ids in sorted(by_step.items()):
+            ordered = sorted(ids)
+            for start in range(0, len(ordered), CHUNK):
+                params = {
+                    "ids": self._ids(ordered[start : start + CHUNK]),
+                    "from_step": from_step,
+                    "to_step": from_step + 1,
+                }
+                moved.update(conn.execute(self._advance, params).scalars())
+        return moved
+
+    def finish_many(self, conn: sa.Connection, ids: Sequence[int], state: str) -> set[int]:
+        """These active enrollments to ``state`` with no reason (``done``); returns the ids
+        that were still active (``lock`` them first on PostgreSQL)."""
+        if state == ACTIVE:
+            raise ValueError("finish_many() ends enrollments")
+        ordered = sorted(set(ids))
+        finished: set[int] = set()
+        for start in range(0, len(ordered), CHUNK):
+            params = {"ids": self._ids(ordered[start : start + CHUNK]), "to_state": state}
+            finished.update(conn.execute(self._finish, params).scalars())
+        return finished
 
     def repoint(
         self, conn: sa.Connection, enrollment_id: int, from_step: int, to_step: int

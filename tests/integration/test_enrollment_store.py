@@ -56,3 +56,64 @@ def test_enroll_names_exactly_the_mailboxes_it_enrolled(
             conn.rollback()  # every example starts from no enrollment
     assert sorted(created) == sorted(set(batch) - set(before))
     assert dict(held) == dict.fromkeys(set(before) | set(batch), 1)
+
+
+_MAILBOXES = [f"m{i}@example.com" for i in range(10)]
+
+
+@settings(
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    held=st.lists(
+        st.tuples(st.sampled_from(["active", "left", "done"]), st.integers(0, 3)),
+        min_size=len(_MAILBOXES),
+        max_size=len(_MAILBOXES),
+    ),
+    moves=st.lists(st.tuples(st.integers(0, len(_MAILBOXES) - 1), st.integers(0, 3)), max_size=12),
+    ended=st.lists(st.integers(0, len(_MAILBOXES) - 1), max_size=6),
+)
+def test_batched_moves_change_exactly_the_rows_their_guards_allow(
+    engine: Engine,
+    held: list[tuple[str, int]],
+    moves: list[tuple[int, int]],
+    ended: list[int],
+) -> None:
+    """``advance_many`` moves an enrollment only if it is active at the step asked (each step
+    one statement, several chunks); ``finish_many`` ends only active ones. Both name exactly
+    the rows they changed, as one guarded UPDATE per row did."""
+    store = EnrollmentStore(engine.dialect.name)
+    e = enrollment_table.c
+    moves = list(dict(moves).items())  # one move per enrollment, as a drip pass makes them
+    with engine.connect() as conn, mock.patch.object(enrollment_store, "CHUNK", 3):
+        try:
+            store.enroll(conn, "c", [_entry(m) for m in _MAILBOXES], enrolled_at=AT)
+            ids = dict(conn.execute(sa.select(e.mailbox, e.id)).all())
+            rows = [ids[m] for m in _MAILBOXES]
+            for row, (state, step) in zip(rows, held, strict=True):
+                conn.execute(
+                    sa.update(enrollment_table)
+                    .where(e.id == row)
+                    .values(state=state, next_step=step)
+                )
+            asked = [(rows[i], step) for i, step in moves]
+            store.lock(conn, [row for row, _ in asked] + [rows[i] for i in ended])
+            moved = store.advance_many(conn, asked)
+            finished = store.finish_many(conn, [rows[i] for i in ended], "done")
+            after = {
+                r.id: (r.state, r.next_step)
+                for r in conn.execute(sa.select(e.id, e.state, e.next_step))
+            }
+        finally:
+            conn.rollback()
+    before = dict(zip(rows, held, strict=True))
+    expected_moved = {row for row, step in asked if before[row] == ("active", step)}
+    assert moved == expected_moved
+    model = {row: (state, step + (row in expected_moved)) for row, (state, step) in before.items()}
+    expected_finished = {rows[i] for i in ended if model[rows[i]][0] == "active"}
+    assert finished == expected_finished
+    for row in expected_finished:
+        model[row] = ("done", model[row][1])
+    assert after == model
