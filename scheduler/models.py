@@ -111,5 +111,5 @@ enrollment_table = sa.Table(
     sa.Column("created_at", UtcTimestamp(), server_default=db_now()),
     sa.Column("updated_at", UtcTimestamp(), server_default=db_now()),
     sa.UniqueConstraint("campaign", "mailbox", "rotation", name="uq_enrollment"),
-    sa.Index("ix_enrollment_state", "campaign", "state"),
+    sa.Index("ix_enrollment_state", "campaign", "state", "id"),  # a page in id order (0010)
 )

@@ -1,0 +1,89 @@
+"""A drip pass costs its own page of enrollments, not all of them, even before any ANALYZE.
+
+Herald plans generically on PostgreSQL (herald.db), and a drip's launch enrolls its whole
+audience long before autovacuum analyses the table. Two statements were then planned as scans
+of every active enrollment, once per page of 500, so a pass grew with the square of the drip
+(a 20,000-recipient launch spent 5 of its 10 s there):
+- the guarded UPDATE that moves a page's enrollments (``id IN (…) AND state = …``) took the
+  state index and tested each active enrollment against the page's ids; the batch is now
+  ``unnest``-ed and joined by primary key;
+- the page itself (``campaign = … AND state = … AND id > … ORDER BY id LIMIT 500``) read and
+  sorted every active enrollment to keep 500; the index on (campaign, state) has ``id`` as its
+  third column since migration 0010, so a page is one ordered range of it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from scheduler.enrollment_store import EnrollmentStore, NewEnrollment
+
+ENROLLMENTS = 3000
+PAGE = 100
+AT = datetime(2026, 1, 6, 10, 0, tzinfo=UTC)
+
+
+def _unanalysed(engine: Engine) -> EnrollmentStore:
+    """3,000 active enrollments on PostgreSQL, in a table autovacuum never analyses."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("a PostgreSQL planner choice")
+    store = EnrollmentStore("postgresql")
+    entries = [
+        NewEnrollment(f"p{i}@example.com", f"p{i}@example.com", None, {}, None, "audience")
+        for i in range(ENROLLMENTS)
+    ]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE enrollment SET (autovacuum_enabled = false)")
+        store.enroll(conn, "drip", entries, enrolled_at=AT)
+    return store
+
+
+def _generic_plans(conn: sa.Connection, pattern: str) -> list[str]:
+    """The generic plan of each statement this session prepared whose text is LIKE
+    ``pattern`` (psycopg prepares a statement at its sixth run; herald.db then has PostgreSQL
+    plan it once, generically)."""
+    prepared = conn.exec_driver_sql(
+        "SELECT name, cardinality(parameter_types), generic_plans"
+        " FROM pg_prepared_statements WHERE statement LIKE %(pattern)s",
+        {"pattern": pattern},
+    ).all()
+    plans = []
+    for name, parameters, generic in prepared:
+        assert generic >= 1, name
+        arguments = f"({', '.join(['NULL'] * parameters)})" if parameters else ""
+        rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE {name}{arguments}").all()
+        plans.append("\n".join(row[0] for row in rows))
+    return plans
+
+
+def test_a_pass_reads_and_moves_its_pages_by_index(engine: Engine) -> None:
+    store = _unanalysed(engine)
+    with engine.connect() as conn:
+        after, moved, finished = 0, 0, 0
+        for _ in range(8):  # prepared at the sixth
+            with conn.begin():
+                page = store.active_page(conn, "drip", after_id=after, limit=PAGE)
+                after = page[-1].id
+                half = len(page) // 2
+                store.lock(conn, [row.id for row in page])
+                moved += len(store.advance_many(conn, [(r.id, r.next_step) for r in page[:half]]))
+                finished += len(store.finish_many(conn, [r.id for r in page[half:]], "done"))
+        pages = _generic_plans(conn, "SELECT enrollment.id, enrollment.campaign,%LIMIT%")
+        locks = _generic_plans(conn, "SELECT enrollment.id%FOR UPDATE%")
+        updates = _generic_plans(conn, "UPDATE enrollment %")
+        conn.rollback()
+    assert (moved, finished) == (400, 400)
+    assert pages
+    for plan in pages:  # one ordered range of (campaign, state, id): no sort of them all
+        assert "ix_enrollment_state" in plan, plan
+        assert "Sort" not in plan, plan
+    assert locks
+    assert len(updates) == 2  # the advance and the finish
+    for plan in locks + updates:  # the batch's ids, by primary key
+        assert "enrollment_pkey" in plan, plan
+        assert "ix_enrollment_state" not in plan, plan
+        assert "Seq Scan on enrollment" not in plan, plan
