@@ -17,10 +17,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from scheduler.enrollment_store import EnrollmentStore, NewEnrollment
+from tests.support.plans import generic_plans
 
 ENROLLMENTS = 3000
 PAGE = 100
@@ -42,24 +42,6 @@ def _unanalysed(engine: Engine) -> EnrollmentStore:
     return store
 
 
-def _generic_plans(conn: sa.Connection, pattern: str) -> list[str]:
-    """The generic plan of each statement this session prepared whose text is LIKE
-    ``pattern`` (psycopg prepares a statement at its sixth run; herald.db then has PostgreSQL
-    plan it once, generically)."""
-    prepared = conn.exec_driver_sql(
-        "SELECT name, cardinality(parameter_types), generic_plans"
-        " FROM pg_prepared_statements WHERE statement LIKE %(pattern)s",
-        {"pattern": pattern},
-    ).all()
-    plans = []
-    for name, parameters, generic in prepared:
-        assert generic >= 1, name
-        arguments = f"({', '.join(['NULL'] * parameters)})" if parameters else ""
-        rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE {name}{arguments}").all()
-        plans.append("\n".join(row[0] for row in rows))
-    return plans
-
-
 def test_a_pass_reads_and_moves_its_pages_by_index(engine: Engine) -> None:
     store = _unanalysed(engine)
     with engine.connect() as conn:
@@ -72,9 +54,9 @@ def test_a_pass_reads_and_moves_its_pages_by_index(engine: Engine) -> None:
                 store.lock(conn, [row.id for row in page])
                 moved += len(store.advance_many(conn, [(r.id, r.next_step) for r in page[:half]]))
                 finished += len(store.finish_many(conn, [r.id for r in page[half:]], "done"))
-        pages = _generic_plans(conn, "SELECT enrollment.id, enrollment.campaign,%LIMIT%")
-        locks = _generic_plans(conn, "SELECT enrollment.id%FOR UPDATE%")
-        updates = _generic_plans(conn, "UPDATE enrollment %")
+        pages = generic_plans(conn, "SELECT enrollment.id, enrollment.campaign,%LIMIT%")
+        locks = generic_plans(conn, "SELECT enrollment.id%FOR UPDATE%")
+        updates = generic_plans(conn, "UPDATE enrollment %")
         conn.rollback()
     assert (moved, finished) == (400, 400)
     assert pages

@@ -14,12 +14,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatch.states import State
 from dispatch.store import Completion, OutboxStore
 from tests.support.outboxes import new_job
+from tests.support.plans import generic_plans
 
 JOBS = 3000
 
@@ -44,24 +44,6 @@ def _finished_unanalysed(engine: Engine) -> OutboxStore:
     return store
 
 
-def _generic_plans(conn: sa.Connection, verb: str) -> list[str]:
-    """The generic plan of each statement beginning with ``verb`` this session prepared (psycopg
-    prepares a statement at its sixth run; Herald's sessions then plan it once, generically:
-    herald.db)."""
-    prepared = conn.exec_driver_sql(
-        "SELECT name, statement, cardinality(parameter_types), generic_plans"
-        " FROM pg_prepared_statements WHERE statement LIKE %(verb)s",
-        {"verb": f"{verb} %"},
-    ).all()
-    plans = []
-    for name, statement, parameters, generic in prepared:
-        assert generic >= 1, statement
-        arguments = f"({', '.join(['NULL'] * parameters)})" if parameters else ""
-        rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE {name}{arguments}").all()
-        plans.append("\n".join(row[0] for row in rows))
-    return plans
-
-
 def test_prune_batches_read_their_own_jobs_only(engine: Engine) -> None:
     store = _finished_unanalysed(engine)
     cutoff = datetime.now(UTC) + timedelta(minutes=1)
@@ -74,8 +56,8 @@ def test_prune_batches_read_their_own_jobs_only(engine: Engine) -> None:
             assert batch.last_id is not None
             after, pruned, events = batch.last_id, pruned + batch.jobs, events + batch.events
         jit_after = conn.exec_driver_sql("SHOW jit").scalar()
-        updates = _generic_plans(conn, "UPDATE send_job")
-        deletes = _generic_plans(conn, "DELETE FROM send_event")
+        updates = generic_plans(conn, "UPDATE send_job %")
+        deletes = generic_plans(conn, "DELETE FROM send_event %")
         conn.rollback()
     assert (pruned, events) == (800, 2400)  # each job keeps its final journal row
     assert (jit_inside, jit_after) == ("off", "on")  # for the batch's transaction only

@@ -28,3 +28,21 @@ def explained(engine: Engine, wanted: Callable[[str], bool]) -> Iterator[list[st
         yield plans
     finally:
         event.remove(engine, "before_cursor_execute", explain)
+
+
+def generic_plans(conn: sa.Connection, pattern: str) -> list[str]:
+    """The generic plan of each statement this session prepared whose text is LIKE ``pattern``
+    (psycopg prepares a statement at its sixth run; Herald's sessions then plan it once,
+    generically: herald.db). Each must have been run with a generic plan at least once."""
+    prepared = conn.exec_driver_sql(
+        "SELECT name, statement, cardinality(parameter_types), generic_plans"
+        " FROM pg_prepared_statements WHERE statement LIKE %(pattern)s",
+        {"pattern": pattern},
+    ).all()
+    plans = []
+    for name, statement, parameters, generic in prepared:
+        assert generic >= 1, statement
+        arguments = f"({', '.join(['NULL'] * parameters)})" if parameters else ""
+        rows = conn.exec_driver_sql(f"EXPLAIN EXECUTE {name}{arguments}").all()
+        plans.append("\n".join(row[0] for row in rows))
+    return plans
