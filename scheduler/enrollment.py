@@ -26,7 +26,8 @@ from sqlalchemy.engine import Engine
 from campaigns.addresses import mailbox_identity
 from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.errors import AudienceError
-from campaigns.spec import LoadedCampaign
+from campaigns.spec import CsvAudience, LoadedCampaign
+from campaigns.spec_files import file_digest
 from dispatch.keys import KeyTuple
 from dispatch.models import GLOBAL_SCOPE
 from dispatch.store import OutboxStore
@@ -40,6 +41,7 @@ from scheduler.enrollment_store import (
 from scheduler.models import enrollment_table
 from scheduler.planning import recipient_zone
 from scheduler.snapshot import url_audience
+from templates.files import FileRefused
 
 AUDIENCE = "audience"
 CLI = "cli"
@@ -70,6 +72,18 @@ def enrollment_of(recipient: Recipient, source: str) -> NewEnrollment:
         timezone=recipient_zone(recipient.variables),
         source=source,
     )
+
+
+def csv_digest(loaded: LoadedCampaign) -> str | None:
+    """sha256 of the campaign's audience CSV; None for any other audience, or a CSV that cannot
+    be read (``sync_audience`` then says why)."""
+    audience = loaded.spec.audience
+    if not isinstance(audience, CsvAudience):
+        return None
+    try:
+        return file_digest(loaded.base_dir, audience.csv)
+    except FileRefused:
+        return None
 
 
 def drip_keys(campaign: str, step_ids: Sequence[str], row: EnrollmentRow, upto: int) -> list[str]:
