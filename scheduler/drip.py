@@ -25,6 +25,7 @@ from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignStore
 from dispatch.store import NewJob, OutboxStore
 from scheduler.compose import CompiledStep, compose_job
+from scheduler.drip_ready import ReadyPages
 from scheduler.enrollment import drip_keys, end_drip
 from scheduler.enrollment_store import DONE, ENDED, EnrollmentRow, EnrollmentStore
 from scheduler.job_lookup import JobOutcome, outcomes
@@ -39,7 +40,7 @@ CANCELLED = "cancelled"
 @dataclass
 class DripReport:
     materialised: int = 0  # step jobs inserted
-    waiting: int = 0  # drips whose previous step has not settled yet
+    waiting: int = 0  # drips read whose previous step turned out not to have settled yet
     done: int = 0
     ended: int = 0  # a step was cancelled, or cannot be rendered
     problems: list[str] | None = None  # rendering problems (the drip ended)
@@ -61,14 +62,14 @@ def advance_drips(
 ) -> DripReport:
     """Materialise the next step of every active enrollment that is ready for it."""
     report = DripReport()
-    store = EnrollmentStore(engine.dialect.name)
+    pages = ReadyPages()
     planner = Planner(loaded.spec)
     name = loaded.spec.name
     step_ids = [step.spec.id for step in steps]
     after_id = 0
     while True:
         with engine.connect() as conn:
-            rows = store.active_page(conn, name, after_id=after_id, limit=page)
+            rows = pages.page(conn, name, step_ids, after_id=after_id, limit=page)
             previous = _previous_outcomes(conn, name, step_ids, rows)
         if not rows:
             return report

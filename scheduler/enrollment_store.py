@@ -60,7 +60,7 @@ class EnrollmentRow:
     ended_reason: str | None
 
 
-_COLUMNS = (
+COLUMNS = (
     E.id,
     E.campaign,
     E.mailbox,
@@ -76,7 +76,7 @@ _COLUMNS = (
 )
 
 
-def _row(r: Any) -> EnrollmentRow:
+def enrollment_row(r: Any) -> EnrollmentRow:
     return EnrollmentRow(
         r.id,
         r.campaign,
@@ -182,23 +182,11 @@ class EnrollmentStore:
 
     def get(self, conn: sa.Connection, campaign: str, mailbox: str) -> EnrollmentRow | None:
         row = conn.execute(
-            sa.select(*_COLUMNS).where(
+            sa.select(*COLUMNS).where(
                 E.campaign == campaign, E.mailbox == mailbox, E.rotation == ROTATION
             )
         ).one_or_none()
-        return None if row is None else _row(row)
-
-    def active_page(
-        self, conn: sa.Connection, campaign: str, *, after_id: int, limit: int
-    ) -> list[EnrollmentRow]:
-        """Active enrollments with id > ``after_id``, by id (keyset paging)."""
-        rows = conn.execute(
-            sa.select(*_COLUMNS)
-            .where(E.campaign == campaign, E.state == ACTIVE, E.id > after_id)
-            .order_by(E.id)
-            .limit(limit)
-        )
-        return [_row(r) for r in rows]
+        return None if row is None else enrollment_row(row)
 
     def active_from(self, conn: sa.Connection, campaign: str, source: str) -> list[tuple[int, str]]:
         """(id, mailbox) of the active enrollments that ``source`` made."""
@@ -224,19 +212,19 @@ class EnrollmentStore:
             suppression.c.address == E.mailbox, suppression.c.scope.in_(list(scopes))
         )
         rows = conn.execute(
-            sa.select(*_COLUMNS)
+            sa.select(*COLUMNS)
             .where(E.campaign == campaign, E.state == ACTIVE, listed)
             .order_by(E.id)
         )
-        return [_row(r) for r in rows]
+        return [enrollment_row(r) for r in rows]
 
     def by_ids(self, conn: sa.Connection, ids: Sequence[int]) -> list[EnrollmentRow]:
         found: list[EnrollmentRow] = []
         for start in range(0, len(ids), CHUNK):
             rows = conn.execute(
-                sa.select(*_COLUMNS).where(E.id.in_(ids[start : start + CHUNK])).order_by(E.id)
+                sa.select(*COLUMNS).where(E.id.in_(ids[start : start + CHUNK])).order_by(E.id)
             )
-            found += [_row(r) for r in rows]
+            found += [enrollment_row(r) for r in rows]
         return found
 
     def lock(self, conn: sa.Connection, ids: Sequence[int]) -> None:
