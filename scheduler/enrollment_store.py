@@ -93,6 +93,41 @@ def enrollment_row(r: Any) -> EnrollmentRow:
     )
 
 
+def _variables_text(entry: NewEnrollment) -> str:
+    return json.dumps(dict(entry.variables), ensure_ascii=False, separators=(",", ":"))
+
+
+_UNNESTED = ("mailbox", "recipient", "name", "variables", "timezone", "source")
+
+
+def _insert_unnested() -> Any:
+    """PostgreSQL: ``INSERT … SELECT … FROM unnest(:mailbox, :recipient, …) ON CONFLICT DO
+    NOTHING RETURNING mailbox``, a chunk's columns as one bound ``text[]`` each."""
+    from sqlalchemy.dialects.postgresql import ARRAY  # imported here: see _ids_of_batch
+
+    columns = [sa.column(name, sa.Text()) for name in _UNNESTED]
+    rows = (
+        sa.func.unnest(*[sa.bindparam(name, type_=ARRAY(sa.Text())) for name in _UNNESTED])
+        .table_valued(*columns)
+        .render_derived(name="new")
+    )
+    chosen = sa.select(
+        sa.bindparam("campaign", type_=E.campaign.type),
+        *[rows.c[name] for name in _UNNESTED],
+        sa.literal(ROTATION),
+        sa.bindparam("enrolled_at", type_=E.enrolled_at.type),
+        sa.literal(ACTIVE),
+        sa.literal(0),
+    )
+    targets = ["campaign", *_UNNESTED, "rotation", "enrolled_at", "state", "next_step"]
+    return (
+        dialect_insert(enrollment_table, "postgresql")
+        .from_select(targets, chosen)
+        .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
+        .returning(E.mailbox)
+    )
+
+
 def _ids_of_batch(is_postgres: bool) -> sa.ColumnElement[bool]:
     """``enrollment.id`` among the bound ``ids``.
 
@@ -117,6 +152,7 @@ class EnrollmentStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
         self.dialect_name = dialect_name
+        self._insert_unnested = _insert_unnested() if self.is_postgres else None
         self._insert = (
             dialect_insert(enrollment_table, dialect_name)
             .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
@@ -155,6 +191,23 @@ class EnrollmentStore:
             raise ValueError("enrolled_at must be whole seconds")
         created: list[str] = []
         for start in range(0, len(entries), CHUNK):
+            chunk = entries[start : start + CHUNK]
+            if self._insert_unnested is not None:
+                # PostgreSQL: the chunk as one array a column. SQLAlchemy sends a parameter
+                # list as multi-row INSERTs, a statement too long for psycopg's cache, which
+                # then parsed it anew for every chunk (a tenth of a drip's launch).
+                params = {
+                    "campaign": campaign,
+                    "enrolled_at": enrolled_at,
+                    "mailbox": [entry.mailbox for entry in chunk],
+                    "recipient": [entry.recipient for entry in chunk],
+                    "name": [entry.name for entry in chunk],
+                    "variables": [_variables_text(entry) for entry in chunk],
+                    "timezone": [entry.timezone for entry in chunk],
+                    "source": [entry.source for entry in chunk],
+                }
+                created += conn.execute(self._insert_unnested, params).scalars().all()
+                continue
             rows = [
                 {
                     "campaign": campaign,
@@ -162,16 +215,14 @@ class EnrollmentStore:
                     "rotation": ROTATION,
                     "recipient": entry.recipient,
                     "name": entry.name,
-                    "variables": json.dumps(
-                        dict(entry.variables), ensure_ascii=False, separators=(",", ":")
-                    ),
+                    "variables": _variables_text(entry),
                     "timezone": entry.timezone,
                     "source": entry.source,
                     "enrolled_at": enrolled_at,
                     "state": ACTIVE,
                     "next_step": 0,
                 }
-                for entry in entries[start : start + CHUNK]
+                for entry in chunk
             ]
             # One statement with its rows as parameters, not a VALUES list written into it:
             # SQLAlchemy compiled a VALUES list of 500 rows afresh for every chunk (a third of

@@ -58,6 +58,62 @@ def test_enroll_names_exactly_the_mailboxes_it_enrolled(
     assert dict(held) == dict.fromkeys(set(before) | set(batch), 1)
 
 
+# Any text PostgreSQL stores (no NUL, no lone surrogate): quotes, commas, braces, backslashes
+# and the word NULL are what an array literal or a multi-row INSERT could get wrong.
+TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+    | st.sampled_from(['"', "'", ",", "{", "}", "\\", " "]),
+    max_size=12,
+) | st.just("NULL")
+ENTRY = st.builds(
+    NewEnrollment,
+    mailbox=MAILBOXES,
+    recipient=TEXT,
+    name=st.none() | TEXT,
+    variables=st.dictionaries(TEXT, TEXT, max_size=3),
+    timezone=st.none() | TEXT,
+    source=st.sampled_from(["audience", "cli"]),
+)
+
+
+@settings(
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(batch=st.lists(ENTRY, max_size=10))
+def test_enroll_stores_each_new_mailbox_as_its_first_entry_says(
+    engine: Engine, batch: list[NewEnrollment]
+) -> None:
+    """Every column of a new enrollment is what its first entry in the batch says, for any
+    text (on PostgreSQL the batch goes as one array a column)."""
+    store = EnrollmentStore(engine.dialect.name)
+    e = enrollment_table.c
+    with engine.connect() as conn, mock.patch.object(enrollment_store, "CHUNK", 4):
+        try:
+            store.enroll(conn, "c", batch, enrolled_at=AT)
+            stored = {
+                row.mailbox: row
+                for row in store.by_ids(conn, list(conn.execute(sa.select(e.id)).scalars()))
+            }
+        finally:
+            conn.rollback()
+    first: dict[str, NewEnrollment] = {}
+    for entry in batch:
+        first.setdefault(entry.mailbox, entry)
+    assert set(stored) == set(first)
+    for mailbox, entry in first.items():
+        row = stored[mailbox]
+        assert (row.recipient, row.name, row.variables, row.timezone, row.source) == (
+            entry.recipient,
+            entry.name,
+            dict(entry.variables),
+            entry.timezone,
+            entry.source,
+        )
+        assert (row.campaign, row.enrolled_at, row.state, row.next_step) == ("c", AT, "active", 0)
+
+
 _MAILBOXES = [f"m{i}@example.com" for i in range(10)]
 
 
