@@ -25,22 +25,11 @@ from campaigns.audience import Recipient, RowProblem, iter_audience
 from campaigns.spec import LoadedCampaign
 from scheduler.models import enrollment_table
 from scheduler.passes import PassState, run_pass
+from tests.integration.test_scheduler_drips import DRIP
 from tests.support.examples import examples
 from tests.support.schedules import launch_at, write_people, write_scheduled
 
 T0 = datetime(2026, 1, 6, 10, 0, tzinfo=UTC)
-DRIP = """\
-enrollment: audience
-audience: people.csv
-steps:
-  - id: welcome
-    subject: "Welcome {{ name }}"
-    text: "Hi {{ name }}"
-  - id: tips
-    after: 2d
-    subject: "Tips"
-    text: "Tips"
-"""
 # Equal lengths: swapping one for another keeps the file's size.
 POOL = [f"p{i}@example.com" for i in range(6)]
 
