@@ -168,6 +168,7 @@ def launch(
             actor=f"launch:{actor or operator_name()}",
             progress=progress,
             links=links,
+            check_processes=check_processes,
         )
     now = clock()
     with engine.connect() as conn:
@@ -239,9 +240,16 @@ def _launch_scheduled(
     actor: str,
     progress: ProgressFactory,
     links: UnsubscribeLinks | None,
+    check_processes: int | None,
 ) -> LaunchResult:
     """Check, register, and run the campaign's first scheduler pass now."""
-    with progress("checking", None) as tick:
+    pool = pool_of(check_processes)
+    # A large audience file is checked in one process per core, as a broadcast's is; the
+    # processes hand their composed jobs over in a spool, which nothing reads afterwards here:
+    # each occurrence and drip step is composed when it fires, with its own time.
+    shared = pool is not None and pool.takes(loaded)
+    spool = JobSpool(step.id for step in loaded.spec.steps) if shared else None
+    with spool if spool is not None else nullcontext(), progress("checking", None) as tick:
         # Today's audience, read live: each occurrence snapshots its own list when it fires.
         report = check_campaign(
             loaded,
@@ -250,6 +258,8 @@ def _launch_scheduled(
             count_duplicates=False,
             require_recipients=needs_recipients(loaded),
             links=links,
+            spool=spool,
+            pool=pool if shared else None,
         )
     if not report.ok:
         raise CheckFailed(report)

@@ -25,9 +25,11 @@ from herald.app.launch import CheckFailed, launch
 from scheduler.check import check_campaign
 from scheduler.check_pool import MIN_BYTES, CheckPool, check_in_processes
 from scheduler.spool import JobSpool
+from tests.integration.test_scheduler_drips import DRIP
 from tests.support.campaign_files import write_audience, write_campaign
 from tests.support.factories import cli
 from tests.support.paths import HERALD
+from tests.support.schedules import write_scheduled
 
 LAUNCH_AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 STEPS = ("welcome", "tips", "later")
@@ -200,3 +202,36 @@ def test_herald_launch_refuses_zero_check_processes(tmp_path: Path, db_url: str)
     assert result.exit_code == 2
     assert "--check-processes" in result.output
     assert "greater than or equal" in result.output
+
+
+def test_a_drip_launch_checks_a_large_audience_in_processes(
+    engine: Engine, tmp_path: Path, pooled: list[bool]
+) -> None:
+    """An enrollment campaign's check is shared out too; its pass then enrolls everyone and
+    composes step 1 itself (the check's spool is only the processes' hand-over)."""
+    people = [f"p{i:03}@example.com" for i in range(150)]
+    path = write_scheduled(tmp_path / "d", DRIP, people, name="drip")
+    result = launch(engine, path, clock=lambda: LAUNCH_AT, actor="test")
+    assert pooled == [True]
+    assert result.report.recipients == 150
+    assert result.report.messages == 150 * 3  # every step checked for everyone
+    assert result.scheduled is not None
+    assert (result.scheduled.enrolled, result.scheduled.new_jobs) == (150, 150)
+    assert [(row.step, row.recipient) for row in outbox(engine)] == [
+        ("welcome", person) for person in people
+    ]
+
+
+def test_a_drip_launch_with_a_bad_row_deep_in_its_audience_is_refused(
+    engine: Engine, tmp_path: Path, pooled: list[bool]
+) -> None:
+    people = [f"p{i:03}@example.com" for i in range(150)]
+    people[120] = "not-an-address"
+    path = write_scheduled(tmp_path / "d", DRIP, people, name="drip")
+    with pytest.raises(CheckFailed) as refused:
+        launch(engine, path, clock=lambda: LAUNCH_AT, actor="test")
+    assert pooled == [False]  # handed back: the report is the one-process check's
+    assert [problem.where for problem in refused.value.report.problems] == ["line 122"]
+    assert outbox(engine) == []
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("select count(*) from enrollment")).scalar_one() == 0
