@@ -26,14 +26,22 @@ from bench.context import Context, Options
 from bench.databases import postgres_reachable
 from bench.load import sample_load
 from bench.report import Report
-from bench.sections import run_fanout, run_outbox_size, run_recovery, run_smtp, run_startup
+from bench.sections import (
+    run_drip,
+    run_fanout,
+    run_outbox_size,
+    run_recovery,
+    run_smtp,
+    run_startup,
+)
 
-SECTIONS = ("startup", "drain", "fanout", "smtp", "recovery", "outbox")
+SECTIONS = ("startup", "drain", "fanout", "drip", "smtp", "recovery", "outbox")
 EXTRA_SECTIONS = ("big",)  # not in the default run
 RUNNERS: dict[str, Callable[[Context], None]] = {
     "startup": run_startup,
     "drain": run_drains,
     "fanout": run_fanout,
+    "drip": run_drip,
     "smtp": run_smtp,
     "recovery": run_recovery,
     "outbox": run_outbox_size,
@@ -60,7 +68,7 @@ def parse_options(argv: list[str] | None = None) -> Options:
     add("--repeat", type=int, default=3, help="interleaved rounds of the drains (default 3)")
     add("--procrastinate-jobs", type=int, default=1_000, help="jobs per procrastinate drain")
     add("--pgqueuer-batches", type=_ints, default=(100,), help="e.g. 10,100 (default 100)")
-    add("--recipients", type=int, default=20_000, help="fan-out audience; also run at 2x")
+    add("--recipients", type=int, default=20_000, help="fan-out audience (also run at 2x); drips")
     add("--smtp-messages", type=int, default=2_000)
     add("--smtp-concurrency", type=int, default=50)
     add("--smtp-repeat", type=int, default=5, help="interleaved rounds of the SMTP pair")

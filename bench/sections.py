@@ -1,4 +1,5 @@
-"""Sections 0 and 2–5 of ``bench.run``: start-up, fan-out, SMTP, recovery, outbox size.
+"""Sections 0 and 2–5 of ``bench.run``: start-up, fan-out (and drips), SMTP, recovery, outbox
+size.
 
 (Section 1, the interleaved drains, is ``bench.compare``.)
 """
@@ -10,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import fanout, startup
+from bench import drip, fanout, startup
 from bench.context import Context, attempt, herald_failed, not_measured, section
 from bench.databases import fresh_database
 from bench.load import sample_load
@@ -125,6 +126,34 @@ def launch_sizes(
 def _launch(backend: str, path: Path, size: int, traced: bool) -> fanout.LaunchFigures:
     with fresh_database(backend) as url:
         return fanout.measure_launch(url, path, size, traced=traced)
+
+
+# ---------------------------------------------------------------- 2b. drips
+
+
+def run_drip(ctx: Context) -> None:
+    size = ctx.options.recipients
+    backend = backend_of(ctx)
+    section(f"2b. A drip's launch and passes, 2 steps, on {backend} (N={size:,}; information)")
+    name = f"drip/{backend}"
+    with tempfile.TemporaryDirectory(prefix="herald-bench-drip-") as folder:
+        path = drip.write_drip(Path(folder), size, f"bench-drip-{size}")
+        loads = [sample_load()]
+        run = attempt(ctx, name, partial(_drip, backend, path, size))
+    if run is None:
+        return
+    for what, seconds, note in (
+        ("launch time", run.launch_seconds, "check, everyone enrolled, step 1 composed"),
+        ("idle pass, a new process", run.idle_pass_seconds, "the CSV read again"),
+        ("idle pass, CSV unchanged", run.idle_pass_unchanged_seconds, "a running scheduler"),
+        ("pass with step 2 due", run.due_pass_seconds, f"{run.step_two_jobs:,} jobs"),
+    ):
+        ctx.report.add(name, what, seconds, "s", n=size, note=note, loads=loads)
+
+
+def _drip(backend: str, path: Path, size: int) -> drip.DripFigures:
+    with fresh_database(backend) as url:
+        return drip.measure_drip(url, path, size)
 
 
 # ---------------------------------------------------------------- 3. SMTP
