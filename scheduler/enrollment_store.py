@@ -12,6 +12,7 @@ cancelled), ``done`` (every step materialised and settled). Only ``active`` chan
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,32 +149,50 @@ def _ids_of_batch(is_postgres: bool) -> sa.ColumnElement[bool]:
     return E.id == sa.any_(array)
 
 
+@dataclass(frozen=True)
+class _Statements:
+    insert: Any
+    insert_unnested: Any | None  # PostgreSQL
+    lock: Any
+    by_ids: Any
+    advance: Any
+    finish: Any
+
+
+@functools.cache
+def _statements(dialect_name: str) -> _Statements:
+    """Built once per dialect: a drip pass moves hundreds of enrollments a transaction, ends
+    drips by the thousand when an audience shrinks, and building a statement per row (or a
+    store per drip) cost more than running it."""
+    is_postgres = dialect_name == "postgresql"
+    ids = _ids_of_batch(is_postgres)
+    return _Statements(
+        insert=dialect_insert(enrollment_table, dialect_name)
+        .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
+        .returning(E.mailbox),
+        insert_unnested=_insert_unnested() if is_postgres else None,
+        lock=sa.select(E.id).where(ids).order_by(E.id).with_for_update(),
+        by_ids=sa.select(*COLUMNS).where(ids).order_by(E.id),
+        advance=sa.update(enrollment_table)
+        .where(ids, E.state == ACTIVE, E.next_step == sa.bindparam("from_step"))
+        .values(next_step=sa.bindparam("to_step"), updated_at=db_now())
+        .returning(E.id),
+        finish=sa.update(enrollment_table)
+        .where(ids, E.state == ACTIVE)
+        .values(
+            state=sa.bindparam("to_state"),
+            ended_reason=sa.bindparam("reason", type_=E.ended_reason.type),
+            updated_at=db_now(),
+        )
+        .returning(E.id, E.next_step),
+    )
+
+
 class EnrollmentStore:
     def __init__(self, dialect_name: str) -> None:
         self.is_postgres = dialect_name == "postgresql"
         self.dialect_name = dialect_name
-        self._insert_unnested = _insert_unnested() if self.is_postgres else None
-        self._insert = (
-            dialect_insert(enrollment_table, dialect_name)
-            .on_conflict_do_nothing(index_elements=["campaign", "mailbox", "rotation"])
-            .returning(E.mailbox)
-        )
-        # Built once: a drip pass moves hundreds of enrollments a transaction, and building
-        # a statement per row cost more than running it.
-        ids = _ids_of_batch(self.is_postgres)
-        self._lock = sa.select(E.id).where(ids).order_by(E.id).with_for_update()
-        self._advance = (
-            sa.update(enrollment_table)
-            .where(ids, E.state == ACTIVE, E.next_step == sa.bindparam("from_step"))
-            .values(next_step=sa.bindparam("to_step"), updated_at=db_now())
-            .returning(E.id)
-        )
-        self._finish = (
-            sa.update(enrollment_table)
-            .where(ids, E.state == ACTIVE)
-            .values(state=sa.bindparam("to_state"), ended_reason=None, updated_at=db_now())
-            .returning(E.id)
-        )
+        self._sql = _statements(dialect_name)
 
     def enroll(
         self,
@@ -192,7 +211,7 @@ class EnrollmentStore:
         created: list[str] = []
         for start in range(0, len(entries), CHUNK):
             chunk = entries[start : start + CHUNK]
-            if self._insert_unnested is not None:
+            if self._sql.insert_unnested is not None:
                 # PostgreSQL: the chunk as one array a column. SQLAlchemy sends a parameter
                 # list as multi-row INSERTs, a statement too long for psycopg's cache, which
                 # then parsed it anew for every chunk (a tenth of a drip's launch).
@@ -206,7 +225,7 @@ class EnrollmentStore:
                     "timezone": [entry.timezone for entry in chunk],
                     "source": [entry.source for entry in chunk],
                 }
-                created += conn.execute(self._insert_unnested, params).scalars().all()
+                created += conn.execute(self._sql.insert_unnested, params).scalars().all()
                 continue
             rows = [
                 {
@@ -227,7 +246,7 @@ class EnrollmentStore:
             # One statement with its rows as parameters, not a VALUES list written into it:
             # SQLAlchemy compiled a VALUES list of 500 rows afresh for every chunk (a third of
             # a drip launch's time); a parameter list it sends as multi-row INSERTs itself.
-            result = conn.execute(self._insert, rows)
+            result = conn.execute(self._sql.insert, rows)
             created += result.scalars().all()
         return created
 
@@ -272,10 +291,8 @@ class EnrollmentStore:
     def by_ids(self, conn: sa.Connection, ids: Sequence[int]) -> list[EnrollmentRow]:
         found: list[EnrollmentRow] = []
         for start in range(0, len(ids), CHUNK):
-            rows = conn.execute(
-                sa.select(*COLUMNS).where(E.id.in_(ids[start : start + CHUNK])).order_by(E.id)
-            )
-            found += [enrollment_row(r) for r in rows]
+            chunk = self._ids(ids[start : start + CHUNK])
+            found += [enrollment_row(r) for r in conn.execute(self._sql.by_ids, {"ids": chunk})]
         return found
 
     def lock(self, conn: sa.Connection, ids: Sequence[int]) -> None:
@@ -289,7 +306,7 @@ class EnrollmentStore:
             return
         ordered = sorted(set(ids))
         for start in range(0, len(ordered), CHUNK):
-            conn.execute(self._lock, {"ids": self._ids(ordered[start : start + CHUNK])}).all()
+            conn.execute(self._sql.lock, {"ids": self._ids(ordered[start : start + CHUNK])}).all()
 
     def advance_many(self, conn: sa.Connection, moves: Sequence[tuple[int, int]]) -> set[int]:
         """Each (enrollment id, from_step): ``next_step`` from ``from_step`` to the next.
@@ -310,19 +327,28 @@ class EnrollmentStore:
                     "from_step": from_step,
                     "to_step": from_step + 1,
                 }
-                moved.update(conn.execute(self._advance, params).scalars())
+                moved.update(conn.execute(self._sql.advance, params).scalars())
         return moved
 
-    def finish_many(self, conn: sa.Connection, ids: Sequence[int], state: str) -> set[int]:
-        """These active enrollments to ``state`` with no reason (``done``); returns the ids
-        that were still active (``lock`` them first on PostgreSQL)."""
+    def finish_many(
+        self, conn: sa.Connection, ids: Sequence[int], state: str, *, reason: str | None = None
+    ) -> dict[int, int]:
+        """These active enrollments to ``state`` (left, ended, done) with ``reason``; returns
+        the ``next_step`` of each that was still active, as the UPDATE left it (the steps
+        materialised). ``lock`` them first on PostgreSQL."""
         if state == ACTIVE:
             raise ValueError("finish_many() ends enrollments")
         ordered = sorted(set(ids))
-        finished: set[int] = set()
+        finished: dict[int, int] = {}
         for start in range(0, len(ordered), CHUNK):
-            params = {"ids": self._ids(ordered[start : start + CHUNK]), "to_state": state}
-            finished.update(conn.execute(self._finish, params).scalars())
+            params = {
+                "ids": self._ids(ordered[start : start + CHUNK]),
+                "to_state": state,
+                "reason": reason,
+            }
+            finished.update(
+                (row.id, row.next_step) for row in conn.execute(self._sql.finish, params)
+            )
         return finished
 
     def repoint(
@@ -336,21 +362,6 @@ class EnrollmentStore:
             .values(next_step=to_step, updated_at=db_now())
         )
         return result.rowcount == 1
-
-    def finish(
-        self, conn: sa.Connection, enrollment_id: int, state: str, *, reason: str | None = None
-    ) -> int | None:
-        """An active enrollment to ``state`` (left, ended, done): returns its ``next_step`` as
-        the UPDATE left it (the steps materialised), or None if it was no longer active."""
-        if state == ACTIVE:
-            raise ValueError("finish() ends an enrollment")
-        found: int | None = conn.execute(
-            sa.update(enrollment_table)
-            .where(E.id == enrollment_id, E.state == ACTIVE)
-            .values(state=state, ended_reason=reason, updated_at=db_now())
-            .returning(E.next_step)
-        ).scalar_one_or_none()
-        return found
 
     def counts(self, conn: sa.Connection, campaign: str) -> dict[str, int]:
         """Enrollments per state (every state present, zero included)."""
