@@ -312,20 +312,26 @@ class EnrollmentStore:
         """Each (enrollment id, from_step): ``next_step`` from ``from_step`` to the next.
 
         Returns the ids that moved. An id missing from it was moved (or ended) by another
-        scheduler first: the caller must not write its step. One guarded UPDATE per step
-        and chunk, not one per enrollment (``lock`` the rows first on PostgreSQL).
+        scheduler first: the caller must not write its step (``move_many``).
         """
-        by_step: dict[int, list[int]] = {}
-        for enrollment_id, from_step in moves:
-            by_step.setdefault(from_step, []).append(enrollment_id)
+        return self.move_many(conn, [(i, step, step + 1) for i, step in moves])
+
+    def move_many(self, conn: sa.Connection, moves: Sequence[tuple[int, int, int]]) -> set[int]:
+        """Each (enrollment id, from_step, to_step): ``next_step`` from ``from_step`` to
+        ``to_step`` if the enrollment is active and still at ``from_step``; returns the ids that
+        moved. One guarded UPDATE per (from, to) and chunk, not one per enrollment (``lock``
+        the rows first on PostgreSQL)."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for enrollment_id, from_step, to_step in moves:
+            groups.setdefault((from_step, to_step), []).append(enrollment_id)
         moved: set[int] = set()
-        for from_step, ids in sorted(by_step.items()):
+        for (from_step, to_step), ids in sorted(groups.items()):
             ordered = sorted(ids)
             for start in range(0, len(ordered), CHUNK):
                 params = {
                     "ids": self._ids(ordered[start : start + CHUNK]),
                     "from_step": from_step,
-                    "to_step": from_step + 1,
+                    "to_step": to_step,
                 }
                 moved.update(conn.execute(self._sql.advance, params).scalars())
         return moved
@@ -350,18 +356,6 @@ class EnrollmentStore:
                 (row.id, row.next_step) for row in conn.execute(self._sql.finish, params)
             )
         return finished
-
-    def repoint(
-        self, conn: sa.Connection, enrollment_id: int, from_step: int, to_step: int
-    ) -> bool:
-        """``next_step`` from ``from_step`` to ``to_step`` (a new campaign version changed the
-        steps); guarded like ``advance``."""
-        result = conn.execute(
-            sa.update(enrollment_table)
-            .where(E.id == enrollment_id, E.state == ACTIVE, E.next_step == from_step)
-            .values(next_step=to_step, updated_at=db_now())
-        )
-        return result.rowcount == 1
 
     def counts(self, conn: sa.Connection, campaign: str) -> dict[str, int]:
         """Enrollments per state (every state present, zero included)."""

@@ -144,6 +144,7 @@ class ScheduledNewVersion:
         jobs = _drip_jobs(conn, name)
         by_id = {step.spec.id: index for index, step in enumerate(self._steps)}
         batch: list[NewJob] = []
+        moves: list[tuple[int, int, int]] = []
         for row in _enrollments(conn, name):
             had = jobs.get((row.mailbox, row.enrolled_at), {})
             for step_id, (state, not_before) in had.items():
@@ -167,11 +168,15 @@ class ScheduledNewVersion:
                     len(self._steps),
                 )
                 if position != row.next_step:
-                    store.repoint(conn, row.id, row.next_step, position)
+                    moves.append((row.id, row.next_step, position))
             if len(batch) >= self.batch_size:
                 self._flush(conn, batch, existing)
         if batch:
             self._flush(conn, batch, existing)
+        # Each drip to the first step it has not had, a batch at a time (drip passes wait on
+        # the campaign's row this transaction changed, so the rows are free).
+        store.lock(conn, [enrollment_id for enrollment_id, _, _ in moves])
+        store.move_many(conn, moves)
 
 
 def _unsent_occurrences(conn: sa.Connection, campaign: str) -> list[datetime]:

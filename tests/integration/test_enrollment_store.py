@@ -128,21 +128,30 @@ _MAILBOXES = [f"m{i}@example.com" for i in range(10)]
         min_size=len(_MAILBOXES),
         max_size=len(_MAILBOXES),
     ),
-    moves=st.lists(st.tuples(st.integers(0, len(_MAILBOXES) - 1), st.integers(0, 3)), max_size=12),
+    moves=st.lists(
+        st.tuples(
+            st.integers(0, len(_MAILBOXES) - 1),
+            st.integers(0, 3),
+            st.none() | st.integers(0, 4),  # None: the next step (advance), else a repoint
+        ),
+        max_size=12,
+    ),
     ended=st.lists(st.integers(0, len(_MAILBOXES) - 1), max_size=6),
 )
 def test_batched_moves_change_exactly_the_rows_their_guards_allow(
     engine: Engine,
     held: list[tuple[str, int]],
-    moves: list[tuple[int, int]],
+    moves: list[tuple[int, int, int | None]],
     ended: list[int],
 ) -> None:
-    """``advance_many`` moves an enrollment only if it is active at the step asked (each step
-    one statement, several chunks); ``finish_many`` ends only active ones. Both name exactly
-    the rows they changed, as one guarded UPDATE per row did."""
+    """``move_many`` (and ``advance_many``, to the next step) moves an enrollment only if it
+    is active at the step asked (one statement per (from, to) and chunk); ``finish_many`` ends
+    only active ones. Both name exactly the rows they changed, as one guarded UPDATE per row
+    did."""
     store = EnrollmentStore(engine.dialect.name)
     e = enrollment_table.c
-    moves = list(dict(moves).items())  # one move per enrollment, as a drip pass makes them
+    # One move per enrollment, as a drip pass or a new version makes them.
+    by_row = {i: (step, to) for i, step, to in moves}
     with engine.connect() as conn, mock.patch.object(enrollment_store, "CHUNK", 3):
         try:
             store.enroll(conn, "c", [_entry(m) for m in _MAILBOXES], enrolled_at=AT)
@@ -154,9 +163,13 @@ def test_batched_moves_change_exactly_the_rows_their_guards_allow(
                     .where(e.id == row)
                     .values(state=state, next_step=step)
                 )
-            asked = [(rows[i], step) for i, step in moves]
-            store.lock(conn, [row for row, _ in asked] + [rows[i] for i in ended])
-            moved = store.advance_many(conn, asked)
+            asked = [
+                (rows[i], step, step + 1 if to is None else to) for i, (step, to) in by_row.items()
+            ]
+            advancing = [(rows[i], step) for i, (step, to) in by_row.items() if to is None]
+            repointing = [(rows[i], step, to) for i, (step, to) in by_row.items() if to is not None]
+            store.lock(conn, [row for row, _, _ in asked] + [rows[i] for i in ended])
+            moved = store.advance_many(conn, advancing) | store.move_many(conn, repointing)
             finished = store.finish_many(conn, [rows[i] for i in ended], "done")
             after = {
                 r.id: (r.state, r.next_step)
@@ -165,9 +178,13 @@ def test_batched_moves_change_exactly_the_rows_their_guards_allow(
         finally:
             conn.rollback()
     before = dict(zip(rows, held, strict=True))
-    expected_moved = {row for row, step in asked if before[row] == ("active", step)}
+    expected_moved = {row for row, step, _ in asked if before[row] == ("active", step)}
     assert moved == expected_moved
-    model = {row: (state, step + (row in expected_moved)) for row, (state, step) in before.items()}
+    target = {row: to for row, _, to in asked}
+    model = {
+        row: (state, target[row] if row in expected_moved else step)
+        for row, (state, step) in before.items()
+    }
     expected_finished = {rows[i] for i in ended if model[rows[i]][0] == "active"}
     # Each with its next_step as the UPDATE left it: the steps its drip materialised.
     assert finished == {row: model[row][1] for row in expected_finished}
