@@ -26,7 +26,7 @@ from campaigns.store import CampaignStore
 from dispatch.store import NewJob, OutboxStore
 from scheduler.compose import CompiledStep, compose_job
 from scheduler.drip_ready import ReadyPages
-from scheduler.enrollment import drip_keys, end_drip
+from scheduler.enrollment import drip_keys, end_drips
 from scheduler.enrollment_store import DONE, ENDED, EnrollmentRow, EnrollmentStore
 from scheduler.job_lookup import JobOutcome, outcomes
 from scheduler.planning import Planner
@@ -163,11 +163,16 @@ def _write(
         jobs = [job for item, job in sorted(composed, key=_by_id) if item.row.id in moved]
         done = [row.id for row, state, _ in finished if state == DONE]
         report.done += len(store.finish_many(conn, done, DONE))
-        for row, state, reason in sorted(finished, key=lambda entry: entry[0].id):
-            if state == DONE:
-                continue
-            ended = end_drip(conn, name, step_ids, row, state, reason=reason or state, actor=actor)
-            report.ended += ended is not None
+        # The rest end with their reason (a step cancelled, or one that cannot be rendered):
+        # a batch per reason, not a drip at a time (an operator who cancels a step's jobs
+        # ends every drip waiting on them at the next pass).
+        ending: dict[tuple[str, str], list[EnrollmentRow]] = {}
+        for row, state, reason in finished:
+            if state != DONE:
+                ending.setdefault((state, reason or state), []).append(row)
+        for (state, reason), rows in sorted(ending.items()):
+            ended, _ = end_drips(conn, name, step_ids, rows, state, reason=reason, actor=actor)
+            report.ended += ended
         if jobs:
             report.materialised += outbox.enqueue(conn, jobs)
 

@@ -94,22 +94,6 @@ def drip_keys(campaign: str, step_ids: Sequence[str], row: EnrollmentRow, upto: 
     ]
 
 
-def end_drip(
-    conn: sa.Connection,
-    campaign: str,
-    step_ids: Sequence[str],
-    row: EnrollmentRow,
-    state: str,
-    *,
-    reason: str,
-    actor: str,
-) -> int | None:
-    """End an active drip and withdraw its waiting job (``end_drips`` for one); how many jobs
-    were withdrawn, or None if the drip was no longer active."""
-    ended, withdrawn = end_drips(conn, campaign, step_ids, [row], state, reason=reason, actor=actor)
-    return withdrawn if ended else None
-
-
 def end_drips(
     conn: sa.Connection,
     campaign: str,

@@ -234,6 +234,31 @@ def test_a_cancelled_step_ends_the_drip(engine: Engine, tmp_path: Path) -> None:
     assert "cancelled" in reason
 
 
+def test_drips_ended_in_one_pass_keep_each_its_own_reason(engine: Engine, tmp_path: Path) -> None:
+    """Drips whose steps were cancelled at different points end in one pass, a batch per
+    reason: each keeps the step it ended at, the others go on."""
+    people = ["ann@example.com", "bob@example.com", "cy@example.com", "dee@example.com"]
+    path = write_scheduled(tmp_path / "c", DRIP, people, name="drip")
+    launch_at(engine, path, T0)
+    welcome = by_mailbox(jobs(engine), "welcome")
+    settle(engine, {welcome["bob@example.com"].key, welcome["cy@example.com"].key})
+    pass_at(engine, T0 + timedelta(minutes=1))  # tips for Bob and Cy
+    tips = by_mailbox(jobs(engine), "tips")
+    store = OutboxStore(engine.dialect.name)
+    with engine.begin() as conn:
+        store.withdraw(conn, [welcome["ann@example.com"].key], reason="operator", actor="test")
+        store.withdraw(conn, [tips["bob@example.com"].key], reason="operator", actor="test")
+    report = pass_at(engine, T0 + timedelta(minutes=2))
+    assert report.get("drip").ended == 2  # type: ignore[union-attr]
+    found = enrollments(engine)
+    assert found["ann@example.com"][:2] == ("ended", 1)
+    assert found["bob@example.com"][:2] == ("ended", 2)
+    assert "'welcome'" in str(found["ann@example.com"][3])
+    assert "'tips'" in str(found["bob@example.com"][3])
+    assert found["cy@example.com"][:2] == ("active", 2)
+    assert found["dee@example.com"][:2] == ("active", 1)
+
+
 MANUAL_WINDOW = """\
 timezone: Europe/Berlin
 enrollment: manual
