@@ -6,7 +6,6 @@ the database is gone. The processes' HTTP side: tests/processes/test_metrics_pro
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -59,12 +58,6 @@ class Ticks:
         return self.now
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_the_collector_reads_jobs_by_state_and_the_oldest_lease(
     engine: Engine, tmp_path: Path
 ) -> None:
@@ -107,10 +100,10 @@ def test_the_collector_reads_jobs_by_state_and_the_oldest_lease(
 
 
 def test_a_database_that_does_not_answer_is_database_up_0_and_not_ready(
-    tmp_path: Path,
+    tmp_path: Path, refused_port: int
 ) -> None:
     gone = create_engine(
-        f"postgresql://herald@127.0.0.1:{closed_port()}/herald", connect_args={"connect_timeout": 2}
+        f"postgresql://herald@127.0.0.1:{refused_port}/herald", connect_args={"connect_timeout": 2}
     )
     metrics = ProcessMetrics(gone)
     down = scraped(metrics)
@@ -173,13 +166,13 @@ def test_recoveries_and_outcomes_are_counted_as_a_worker_runs(
 
 
 def test_a_relay_found_down_is_relay_up_0_here_and_unreachable_in_the_database(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, refused_port: int
 ) -> None:
     launched(engine, tmp_path)
     metrics = ProcessMetrics(engine, worker=True, cache_seconds=0)
     options = WorkerOptions(until_idle=True, poll=0.05)
     worker = build_worker(
-        engine, f"smtp://127.0.0.1:{closed_port()}", options, environ={}, observer=metrics.worker
+        engine, f"smtp://127.0.0.1:{refused_port}", options, environ={}, observer=metrics.worker
     )
     with pytest.raises(RelayDown):
         run_worker(worker)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -50,13 +49,6 @@ def _keys_of(engine: Engine, recipient: str) -> dict[str, str]:
             sa.select(send_job.c.step, send_job.c.key).where(send_job.c.recipient == recipient)
         )
         return {step: key for step, key in rows}
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # nothing listens there now: connections are refused
 
 
 def _with_password(db_url: str) -> str:
@@ -173,11 +165,11 @@ def test_a_service_worker_logs_json_lines_with_the_events_that_matter(
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_service_worker_says_an_unreachable_relay_once_and_never_a_password(
-    tmp_path: Path, engine: Engine, db_url: str, log_format: str
+    tmp_path: Path, engine: Engine, db_url: str, log_format: str, refused_port: int
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=2)
     launch(engine, path, now=datetime.now(UTC))
-    port = _closed_port()
+    port = refused_port
     relay = f"smtp://herald:{PASSWORD}@127.0.0.1:{port}"
     worker = subprocess.Popen(
         [
@@ -226,11 +218,11 @@ def test_a_service_worker_says_an_unreachable_relay_once_and_never_a_password(
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_wrong_relay_is_one_line_in_either_format(
-    tmp_path: Path, engine: Engine, db_url: str, log_format: str
+    tmp_path: Path, engine: Engine, db_url: str, log_format: str, refused_port: int
 ) -> None:
     path, _ = write_campaign(tmp_path / "c", recipients=2)
     launch(engine, path, now=datetime.now(UTC))
-    port = _closed_port()
+    port = refused_port
     done = subprocess.run(
         [
             str(HERALD),
