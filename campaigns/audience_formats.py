@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final, Literal, TextIO, cast
 
 from campaigns.addresses import AddressError, normalise_address
 from campaigns.errors import AudienceError, excerpt
+from templates.header_values import header_value_problem
 
 if TYPE_CHECKING:
     from _csv import Reader as CsvReader
@@ -208,6 +209,12 @@ def _address_and_name(raw_email: str, raw_name: str | None) -> tuple[str, str | 
         return email, None
     if "\r" in raw_name or "\n" in raw_name:
         return "header injection: line break in name"
+    # A name is shown in the To header, where no control character may go (the message could
+    # never be built), and stored as text, where PostgreSQL takes no NUL: refused here, with
+    # its line, rather than at every send or as a database error in a scheduler's pass.
+    problem = header_value_problem(raw_name)
+    if problem is not None:
+        return f"the name holds {problem}, which no To header may"
     return email, raw_name.strip() or None
 
 

@@ -7,10 +7,14 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from campaigns.audience import Recipient, RowProblem, audience_source_files, iter_audience
 from campaigns.errors import AudienceError, CampaignError
 from campaigns.spec import LoadedCampaign, load_campaign
+from templates.header_values import header_value_problem
+from tests.support.examples import examples
 
 STEPS = "steps: [{id: s, subject: Hi, text: hello}]\n"
 
@@ -133,6 +137,31 @@ def test_invalid_rows_are_reported_and_valid_rows_still_yielded(tmp_path: Path) 
         "Finn@example.com",
     ]
     assert recipients[2].variables["email"] == "  Finn@Example.com  "
+
+
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.text(
+        st.characters(exclude_categories=["Cs"])
+        | st.sampled_from(list("\x00\x1b\x7f\x85\u2028\t ")),
+        max_size=12,
+    )
+)
+def test_a_name_is_one_a_to_header_can_hold_or_its_row_is_refused(
+    tmp_path: Path, name: str
+) -> None:
+    """Whatever a CSV's name cell holds (NUL, escapes, C1 controls, Unicode separators), its row
+    is refused with its line, or the name is a header value: never a name that no message can
+    carry or that PostgreSQL cannot store (a NUL stopped a scheduled occurrence's snapshot)."""
+    row = '"' + name.replace('"', '""') + '"'
+    loaded = load_with_csv(tmp_path, f"email,name\r\nann@example.com,{row}\r\n")
+    [result] = list(iter_audience(loaded))
+    if isinstance(result, RowProblem):
+        assert result.line == 2
+        assert header_value_problem(name) is not None
+    else:
+        assert result.name is None or header_value_problem(result.name) is None
+        assert "\x00" not in (result.name or "")
 
 
 def test_duplicates_are_not_filtered_here(tmp_path: Path) -> None:
