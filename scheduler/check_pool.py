@@ -23,7 +23,9 @@ its children; one killed outright leaves them a closed pipe, which their next pr
 Fork safety: a child only reads the file, composes, writes to its own descriptors and leaves
 through ``os._exit``. It never touches the database connections it inherits, the terminal, or
 a lock another thread of the parent may hold (a progress bar's refresh thread), and never runs
-the parent's exit handlers or finalisers.
+the parent's exit handlers or finalisers. Its stop signals are reset to their defaults first
+(``_default_signals``). The scheduler forks from the thread its pass runs in
+(scheduler.occurrence_pool), where no other thread composes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ Progress = Callable[[int], None]
 MAX_PROCESSES: Final = 4
 #: Below this the file is checked in one process: forking and reading it twice is not worth it.
 MIN_BYTES: Final = 256 * 1024
+#: The same for a scheduled occurrence's snapshot, in rows (scheduler.occurrence_pool): about
+#: what a 256 KiB file holds.
+MIN_ROWS: Final = 5000
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class CheckPool:
     processes: int
     block: int = 1024  # consecutive audience positions in one share
     min_bytes: int = MIN_BYTES
+    min_rows: int = MIN_ROWS
 
     def takes(self, loaded: LoadedCampaign) -> bool:
         """Whether this campaign's audience is a file big enough to share out."""
@@ -269,6 +275,7 @@ def _compose_share(
     without returning into the parent's code (no exit handlers, no finalisers)."""
     status = 1
     try:
+        _default_signals()
         report = CheckReport()
         seen = composed = 0
         for position, item in enumerate(rows(lambda at: pool.share(at) == index), start=1):
@@ -297,6 +304,18 @@ def _compose_share(
         pass
     finally:
         os._exit(status)
+
+
+def _default_signals() -> None:
+    """The child's stop signals do what they do to any process, not what the parent's handlers
+    do: a scheduler's asyncio loop would hear the child's SIGTERM through the wake-up descriptor
+    they share, as a second stop (a forced exit). Fork makes the forking thread the child's
+    main thread, so the child may change them. A child stopped this way sends no summary: the
+    parent composes in one process, if it is not stopping itself."""
+    signal.set_wakeup_fd(-1)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def _send(pipe: int, data: bytes) -> None:

@@ -15,6 +15,7 @@ them from the spool instead of rendering every message a second time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,8 +28,10 @@ from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignStore
 from dispatch.outbox import bulk_enqueue
 from dispatch.store import NewJob, OutboxStore
+from scheduler.check_pool import CheckPool
 from scheduler.compose import CompiledStep, compile_steps, compose_broadcast
 from scheduler.fanout_writer import BatchWriter, PipelinedWriter, SerialWriter, pipelined
+from scheduler.occurrence_pool import composed_occurrence
 from scheduler.planning import Planner
 from scheduler.snapshot import (
     discard_unused_snapshot,
@@ -78,6 +81,7 @@ def materialise(
     per_occurrence: bool = False,
     takeover_after: float | None = None,
     links: UnsubscribeLinks | None = None,
+    pool: CheckPool | None = None,
 ) -> FanoutResult:
     """Fan out every step of one occurrence. Templates must already have passed check.
 
@@ -86,8 +90,42 @@ def materialise(
     ``per_occurrence`` (a scheduled trigger): a CSV audience is snapshotted for the occurrence
     too; ``takeover_after``: see scheduler.snapshot.ensure_snapshot. ``links``: the
     unsubscribe links of marketing messages (scheduler.unsubscribe_links). ``batch_size``:
-    jobs per transaction (None: the database's default).
+    jobs per transaction (None: the database's default). ``pool``: a scheduled occurrence's
+    messages are composed by its processes first (scheduler.occurrence_pool).
     """
+    pooled = None
+    if composed is None and pool is not None and per_occurrence:
+        pooled = composed_occurrence(
+            engine, loaded, occurrence_at, pool=pool, links=links, takeover_after=takeover_after
+        )
+    with pooled if pooled is not None else nullcontext():
+        return _materialise(
+            engine,
+            loaded,
+            occurrence_at,
+            batch_size=batch_size,
+            replace_pending=replace_pending,
+            progress=progress,
+            composed=composed if pooled is None else pooled,
+            per_occurrence=per_occurrence,
+            takeover_after=takeover_after,
+            links=links,
+        )
+
+
+def _materialise(
+    engine: Engine,
+    loaded: LoadedCampaign,
+    occurrence_at: datetime,
+    *,
+    batch_size: int | None,
+    replace_pending: bool,
+    progress: Callable[[int], None] | None,
+    composed: JobSpool | None,
+    per_occurrence: bool,
+    takeover_after: float | None,
+    links: UnsubscribeLinks | None,
+) -> FanoutResult:
     if batch_size is None:
         batch_size = POSTGRES_BATCH_SIZE if engine.dialect.name == "postgresql" else BATCH_SIZE
     if composed is not None and not composed.complete:

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Engine
 from campaigns.errors import CampaignError
 from campaigns.spec import LoadedCampaign, UrlAudience
 from campaigns.store import CampaignRow, CampaignStore
+from scheduler.check_pool import CheckPool
 from scheduler.compose import CompileFailures, compile_steps
 from scheduler.drip import advance_drips
 from scheduler.enrollment import SyncReport, csv_digest, end_suppressed, sync_audience
@@ -140,6 +141,7 @@ def run_pass(
     batch_size: int | None = None,
     links: UnsubscribeLinks | None = None,
     fanout_progress: Callable[[int], None] | None = None,
+    pool: CheckPool | None = None,
 ) -> PassReport:
     """One pass over every active scheduled campaign (``campaigns``: only those) at ``now``.
 
@@ -150,6 +152,8 @@ def run_pass(
     ``fanout_progress``: told, from inside the pass, after each batch of a scheduled
     occurrence's fan-out has committed (how many jobs it held), like materialise's
     ``progress``; a seam for tests that act between two batches (None: nothing is told).
+    ``pool``: processes that compose a large occurrence's messages (scheduler.occurrence_pool;
+    None: the pass composes them itself).
     """
     store = CampaignStore(engine.dialect.name)
     with engine.connect() as conn:
@@ -172,7 +176,7 @@ def run_pass(
                         source.loaded,
                         result,
                         now,
-                        _FanoutOptions(takeover_after, batch_size, links, fanout_progress),
+                        _FanoutOptions(takeover_after, batch_size, links, fanout_progress, pool),
                     )
             except SnapshotBusy:
                 result.busy = True
@@ -194,6 +198,7 @@ class _FanoutOptions:
     batch_size: int | None
     links: UnsubscribeLinks | None
     progress: Callable[[int], None] | None
+    pool: CheckPool | None
 
 
 def _broadcast_pass(
@@ -229,6 +234,7 @@ def _broadcast_pass(
                 takeover_after=options.takeover_after,
                 links=options.links,
                 progress=options.progress,
+                pool=options.pool,
             )
         except CAMPAIGN_PROBLEMS as exc:
             # Retried at every pass; given up once the policy would no longer send it late,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import marshal
+import os
 import struct
 import tempfile
 import zlib
@@ -154,15 +155,9 @@ class JobSpool:
 
     def _own_entries(self, step: str) -> Iterator[Entry]:
         self._write_block(step)
-        file = self._files[step]
-        file.flush()
-        file.seek(0)
-        while header := file.read(_BLOCK.size):
-            (block_size,) = _BLOCK.unpack(header)
-            block = zlib.decompress(file.read(block_size))
-            for record in marshal.loads(block):  # noqa: S302 - our own file: see the docstring
+        for records in read_blocks(self._files[step]):
+            for record in records:
                 yield record[0], None if len(record) == 1 else _job(record)
-        file.seek(0, 2)  # appending stays possible
 
     def _write(self, step: str, record: tuple[Any, ...], size: int) -> None:
         self._pending[step].append(record)
@@ -173,8 +168,7 @@ class JobSpool:
     def _write_block(self, step: str) -> None:
         pending = self._pending[step]
         if pending:
-            block = zlib.compress(marshal.dumps(pending), 1)
-            self._files[step].write(_BLOCK.pack(len(block)) + block)
+            write_block(self._files[step], pending)
             pending.clear()
             self._pending_bytes[step] = 0
 
@@ -198,6 +192,26 @@ class JobSpool:
 
 #: About how many bytes a record holds besides its payload (what a block's size counts).
 _RECORD_BYTES: Final = 400
+
+
+def write_block(file: IO[bytes], records: list[tuple[Any, ...]]) -> None:
+    """Append ``records`` to ``file`` as one block (the format in the module's docstring)."""
+    block = zlib.compress(marshal.dumps(records), 1)
+    file.write(_BLOCK.pack(len(block)) + block)
+
+
+def read_blocks(file: IO[bytes]) -> Iterator[list[tuple[Any, ...]]]:
+    """``file``'s blocks from its start, each a list of records. Read by offset (``pread``):
+    forked processes share an open file's position, so several may read one file at once
+    (scheduler.occurrence_pool), and appending stays possible meanwhile."""
+    file.flush()
+    fd = file.fileno()
+    offset = 0
+    while header := os.pread(fd, _BLOCK.size, offset):
+        (block_size,) = _BLOCK.unpack(header)
+        block = zlib.decompress(os.pread(fd, block_size, offset + _BLOCK.size))
+        offset += _BLOCK.size + block_size
+        yield marshal.loads(block)  # noqa: S302 - our own file: see the module's docstring
 
 
 def _job(record: tuple[Any, ...]) -> NewJob:

@@ -283,6 +283,7 @@ def _launch_scheduled(
         campaigns=[loaded.spec.name],
         takeover_after=None,
         links=links,
+        pool=pool,
     ).get(loaded.spec.name)
     fanout = FanoutResult()
     if passed is not None:

@@ -58,9 +58,12 @@ class ScheduledPass:
     batch_size: int | None = None
 
     def __post_init__(self) -> None:
+        from scheduler.check_pool import pool_of
         from scheduler.passes import PassState
 
         self.state = PassState()
+        # One process per core composes a large occurrence (scheduler.occurrence_pool).
+        self.pool = pool_of()
 
     def __call__(self, engine: Engine, *, now: datetime, actor: str) -> PassSummary:
         from scheduler.passes import run_pass
@@ -73,6 +76,7 @@ class ScheduledPass:
             links=self.links,
             fanout_progress=self.fanout_progress,
             batch_size=self.batch_size,
+            pool=self.pool,
         )
         parts = []
         for campaign in report.campaigns:
