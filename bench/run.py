@@ -29,19 +29,21 @@ from bench.report import Report
 from bench.sections import (
     run_drip,
     run_fanout,
+    run_occurrence,
     run_outbox_size,
     run_recovery,
     run_smtp,
     run_startup,
 )
 
-SECTIONS = ("startup", "drain", "fanout", "drip", "smtp", "recovery", "outbox")
+SECTIONS = ("startup", "drain", "fanout", "drip", "occurrence", "smtp", "recovery", "outbox")
 EXTRA_SECTIONS = ("big",)  # not in the default run
 RUNNERS: dict[str, Callable[[Context], None]] = {
     "startup": run_startup,
     "drain": run_drains,
     "fanout": run_fanout,
     "drip": run_drip,
+    "occurrence": run_occurrence,
     "smtp": run_smtp,
     "recovery": run_recovery,
     "outbox": run_outbox_size,

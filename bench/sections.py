@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import drip, fanout, startup
+from bench import drip, fanout, occurrence, startup
 from bench.context import Context, attempt, herald_failed, not_measured, section
 from bench.databases import fresh_database
 from bench.load import sample_load
@@ -20,6 +20,7 @@ from bench.recovery import measure_recovery
 from bench.report import Target
 from bench.rounds import Contender, interleave
 from bench.smtp_e2e import measure_smtp
+from scheduler.check_pool import CheckPool
 
 MiB = 1024 * 1024
 FLAT_RSS_RATIO = 1.25  # "flat in audience size": twice the audience, at most 25 % more memory
@@ -154,6 +155,40 @@ def run_drip(ctx: Context) -> None:
 def _drip(backend: str, path: Path, size: int) -> drip.DripFigures:
     with fresh_database(backend) as url:
         return drip.measure_drip(url, path, size)
+
+
+def run_occurrence(ctx: Context) -> None:
+    size = ctx.options.recipients
+    backend = backend_of(ctx)
+    section(
+        f"2c. A weekly campaign's occurrence fanned out, on {backend} (N={size:,}; information)"
+    )
+    name = f"occurrence/{backend}"
+    pool = occurrence.default_pool()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="herald-bench-weekly-") as folder:
+        path = occurrence.write_weekly(Path(folder), size, f"bench-weekly-{size}")
+        loads = [sample_load()]
+        for label, used in (("one process", None), (_processes(pool), pool)):
+            run = attempt(ctx, name, partial(_occurrence, backend, path, size, used))
+            if run is None:
+                return
+            runs.append(run.seconds)
+            note = "snapshot, compose, enqueue; composed in " + label
+            ctx.report.add(name, f"pass, {label}", run.seconds, "s", n=size, note=note, loads=loads)
+    if pool is not None:
+        print(f"  occurrence in {_processes(pool)} / in one process = {runs[1] / runs[0]:.2f}x")
+
+
+def _processes(pool: CheckPool | None) -> str:
+    return "one process" if pool is None else f"{pool.processes} processes"
+
+
+def _occurrence(
+    backend: str, path: Path, size: int, pool: CheckPool | None
+) -> occurrence.OccurrenceFigures:
+    with fresh_database(backend) as url:
+        return occurrence.measure_occurrence(url, path, size, pool)
 
 
 # ---------------------------------------------------------------- 3. SMTP

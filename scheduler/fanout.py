@@ -67,6 +67,7 @@ class FanoutResult:
     unrendered: int = 0
     problems: list[str] = field(default_factory=list)
     steps_done: int = 0
+    processes: int = 1  # that composed its messages (scheduler.occurrence_pool)
 
 
 def materialise(
@@ -99,7 +100,7 @@ def materialise(
             engine, loaded, occurrence_at, pool=pool, links=links, takeover_after=takeover_after
         )
     with pooled if pooled is not None else nullcontext():
-        return _materialise(
+        result = _materialise(
             engine,
             loaded,
             occurrence_at,
@@ -111,6 +112,9 @@ def materialise(
             takeover_after=takeover_after,
             links=links,
         )
+    if pooled is not None and pool is not None:
+        result.processes = pool.processes
+    return result
 
 
 def _materialise(

@@ -71,6 +71,7 @@ class CampaignPass:
     next_fire: datetime | None = None
     note: str | None = None  # why nothing (more) was fired: the campaign's scheduler_note
     busy: bool = False  # another scheduler is reading an occurrence's audience: next pass
+    processes: int = 1  # the most that composed one of its occurrences (scheduler.fanout)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -252,6 +253,7 @@ def _broadcast_pass(
         result.fired.append(occurrence_at)
         result.new_jobs += fanout.new_jobs
         result.existing_jobs += fanout.existing_jobs
+        result.processes = max(result.processes, fanout.processes)
         result.note = _fanout_note(occurrence_at, fanout) or result.note
     result.next_fire = next_fire(trigger, after=now)
 

@@ -115,6 +115,7 @@ def _log_fired(campaign: CampaignPass) -> None:
             "occurrences": occurrences,
             "jobs": campaign.new_jobs,
             "trigger": campaign.trigger,
+            "processes": campaign.processes,  # that composed its messages
             "json_only": True,
         },
     )

@@ -222,6 +222,7 @@ def test_a_pass_with_a_pool_writes_what_one_process_composes(
     report = pass_at_with(engine, FIRST + timedelta(minutes=1), POOL)
     assert kept == [True]
     assert report.new_jobs == 40 * len(STEPS)
+    assert report.get("weekly").processes == 3  # in the pass's report and its `fired` record
     assert comparable(outbox(engine)) == comparable(written(inline(engine, path, FIRST)))
 
 
@@ -234,6 +235,7 @@ def test_a_pass_whose_messages_cannot_all_be_rendered_skips_them_as_before(
     assert kept == [False]
     campaign = report.get("weekly")
     assert campaign is not None
+    assert campaign.processes == 1
     assert campaign.new_jobs == 19 + 20  # row 10's news cannot be rendered; its reminder can
     assert campaign.note is not None
     assert "1 message(s) could not be rendered" in campaign.note

@@ -1,0 +1,67 @@
+"""``herald scheduler`` composing a large occurrence in one process per core
+(scheduler.occurrence_pool): the real service forks from the thread its pass runs in, beside
+its asyncio loop and signal handlers; the occurrence is fanned out whole, the ``fired`` record
+says how many processes composed it, and a SIGTERM afterwards stops it gracefully."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from dispatch.models import send_job
+from scheduler.check_pool import MAX_PROCESSES, MIN_ROWS
+from tests.processes.test_scheduler_processes import (
+    ONE_SHOT,
+    READY,
+    Service,
+    fire_states,
+    iso,
+    job_count,
+    wait_until,
+)
+from tests.support.campaign_files import write_audience
+from tests.support.paths import HERALD
+from tests.support.schedules import launch_at
+
+RECIPIENTS = MIN_ROWS + 500
+JOBS = 2 * RECIPIENTS  # ONE_SHOT has two steps
+
+
+def test_a_scheduler_composes_a_large_occurrence_in_processes_and_stops_cleanly(
+    tmp_path: Path, db_url: str, engine: Engine
+) -> None:
+    assert len(os.sched_getaffinity(0)) >= 2, "one core: the pass composes in its own process"
+    due = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=1)
+    folder = tmp_path / "large"
+    folder.mkdir()
+    addresses = write_audience(folder / "people.csv", RECIPIENTS)
+    path = folder / "campaign.yaml"
+    path.write_text(ONE_SHOT.format(name="large", start=iso(due)))
+    assert launch_at(engine, path, due - timedelta(days=1)).fanout.new_jobs == 0
+
+    command = [str(HERALD), "scheduler", "--database-url", db_url, "--log-format", "json"]
+    service = Service("scheduler", command, tmp_path)
+    service.start()
+    try:
+        wait_until(
+            lambda: fire_states(engine) == ["done"] or not service.alive,
+            lambda: job_count(engine),
+            "the occurrence was not fanned out",
+        )
+        assert service.terminate(READY["scheduler"]) == 0, service.stderr()
+    finally:
+        if service.alive:
+            service.kill()
+    records = [json.loads(line) for line in service.logs[-1].read_text().splitlines() if line]
+    [fired] = [record for record in records if record.get("event") == "fired"]
+    cores = min(len(os.sched_getaffinity(0)), MAX_PROCESSES)
+    assert (fired["campaign"], fired["jobs"], fired["processes"]) == ("large", JOBS, cores)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(send_job.c.step, send_job.c.recipient)).all()
+    assert len(rows) == len(set(rows)) == JOBS
+    assert {recipient for _, recipient in rows} == set(addresses)
