@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 import scheduler.passes
 from herald.app.scheduler_pass import ScheduledPass, describe
+from scheduler.check_pool import CheckPool, pool_of
 from scheduler.passes import CampaignPass, PassReport, PassState
 from scheduler.unsubscribe_links import UnsubscribeLinks
 
@@ -60,6 +61,7 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
 ) -> None:
     notes = iter(["file missing", "file missing", "file changed", None, None])
     states: list[PassState | None] = []
+    pools: list[CheckPool | None] = []
 
     def run_pass(
         engine: Engine,
@@ -70,8 +72,10 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
         links: UnsubscribeLinks | None = None,
         fanout_progress: Callable[[int], None] | None = None,
         batch_size: int | None = None,
+        pool: CheckPool | None = None,
     ) -> PassReport:
         states.append(state)
+        pools.append(pool)
         return PassReport(now, [CampaignPass("digest", "schedule", note=next(notes))])
 
     monkeypatch.setattr(scheduler.passes, "run_pass", run_pass)
@@ -87,6 +91,8 @@ def test_a_note_is_logged_when_it_appears_changes_or_clears(
     # One state for the life of the process (when each URL audience was last fetched).
     assert states[0] is not None
     assert all(state is states[0] for state in states)
+    # And one pool: a large occurrence is composed by one process per core.
+    assert pools == [pool_of()] * 5
     assert lines[0].as_dict()["campaigns"][0]["note"] == "file missing"  # type: ignore[index]
 
 
@@ -102,6 +108,7 @@ def test_a_campaign_another_scheduler_is_reading_is_shown_but_is_not_work_done(
         links: UnsubscribeLinks | None = None,
         fanout_progress: Callable[[int], None] | None = None,
         batch_size: int | None = None,
+        pool: CheckPool | None = None,
     ) -> PassReport:
         return PassReport(now, [CampaignPass("big", "start_at", busy=True, note="ignored")])
 
