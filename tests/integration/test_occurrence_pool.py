@@ -6,10 +6,6 @@ pool writes what a pass without one writes; a child's stop signal is its own."""
 from __future__ import annotations
 
 import csv
-import os
-import signal
-import socket
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,8 +20,7 @@ import scheduler.fanout
 from campaigns.audience import Recipient
 from campaigns.spec import load_campaign
 from dispatch.models import send_job
-from scheduler.check_pool import CheckPool, check_in_processes
-from scheduler.check_report import CheckReport
+from scheduler.check_pool import CheckPool
 from scheduler.compose import compile_steps, compose_broadcast
 from scheduler.occurrence_pool import composed_occurrence
 from scheduler.planning import Planner
@@ -275,47 +270,6 @@ def test_a_pass_without_a_pool_composes_in_its_own_process(
     report = pass_at(engine, FIRST + timedelta(minutes=1))
     assert kept == []
     assert report.new_jobs == 10 * len(STEPS)
-
-
-@pytest.fixture
-def wakeup() -> Iterator[socket.socket]:
-    """A SIGTERM handler and a signal wake-up descriptor in this process, as a scheduler's
-    asyncio loop has them; the socket that descriptor writes to."""
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
-    previous_fd = signal.set_wakeup_fd(writer.fileno())
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
-    try:
-        yield reader
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        signal.set_wakeup_fd(previous_fd)
-        reader.close()
-        writer.close()
-
-
-def test_a_child_s_stop_signal_is_not_the_parent_s(wakeup: socket.socket) -> None:
-    """A composing child that receives SIGTERM stops (the parent composes alone), and its
-    signal never reaches the parent's wake-up descriptor (a scheduler would take it for a
-    second stop and exit at once)."""
-    parent = os.getpid()
-
-    def stop_in_child(
-        spool: JobSpool | None, report: CheckReport, position: int, item: Any
-    ) -> bool:
-        if os.getpid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return True
-
-    def rows(wanted: Any) -> Iterator[Any]:
-        return iter([object() if wanted(at) else None for at in range(1, 7)])
-
-    with JobSpool(["a"]) as spool:
-        result = check_in_processes(CheckPool(2, block=1), spool, rows, stop_in_child, None)
-    assert result is None
-    with pytest.raises(BlockingIOError):
-        wakeup.recv(16)
 
 
 def test_a_nul_in_a_name_costs_its_row_not_the_occurrence(

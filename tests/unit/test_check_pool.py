@@ -8,9 +8,11 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -246,3 +248,44 @@ def test_a_share_reads_its_rows_as_the_whole_reader_does_and_none_for_others(
     assert len(shared) == len(whole)
     for position, (mine, theirs) in enumerate(zip(shared, whole, strict=True), start=1):
         assert mine == (theirs if position % modulus == 0 else None)
+
+
+@pytest.fixture
+def wakeup() -> Iterator[socket.socket]:
+    """A SIGTERM handler and a signal wake-up descriptor in this process, as a scheduler's
+    asyncio loop has them; the socket that descriptor writes to."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno())
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        yield reader
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.set_wakeup_fd(previous_fd)
+        reader.close()
+        writer.close()
+
+
+def test_a_child_s_stop_signal_is_not_the_parent_s(wakeup: socket.socket) -> None:
+    """A composing child that receives SIGTERM stops (the parent composes alone), and its
+    signal never reaches the parent's wake-up descriptor (a scheduler would take it for a
+    second stop and exit at once)."""
+    parent = os.getpid()
+
+    def stop_in_child(
+        spool: JobSpool | None, report: CheckReport, position: int, item: Any
+    ) -> bool:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return True
+
+    def rows(wanted: Any) -> Iterator[Any]:
+        return iter([object() if wanted(at) else None for at in range(1, 7)])
+
+    with JobSpool(["a"]) as spool:
+        result = check_in_processes(CheckPool(2, block=1), spool, rows, stop_in_child, None)
+    assert result is None
+    with pytest.raises(BlockingIOError):
+        wakeup.recv(16)
