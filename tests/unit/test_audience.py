@@ -164,6 +164,35 @@ def test_a_name_is_one_a_to_header_can_hold_or_its_row_is_refused(
         assert "\x00" not in (result.name or "")
 
 
+CELL = st.text(
+    st.characters(exclude_categories=["Cs"]) | st.sampled_from(list('\x00\x1b@." ,')),
+    max_size=14,
+)
+
+
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(email=CELL | st.just("ann@example.com"), name=CELL, city=CELL)
+def test_no_nul_of_a_row_reaches_a_stored_text_column(
+    tmp_path: Path, email: str, name: str, city: str
+) -> None:
+    """What a snapshot or an enrollment stores as text (address, name, the reason a row was
+    refused) never holds a NUL, which PostgreSQL refuses: the address and name are checked, a
+    reason quotes data escaped (campaigns.errors.excerpt). Other cells are template variables,
+    stored as JSON, where a NUL is an escape."""
+
+    def quoted(cell: str) -> str:
+        return '"' + cell.replace('"', '""') + '"'
+
+    text = f"email,name,city\r\n{quoted(email)},{quoted(name)},{quoted(city)}\r\n"
+    loaded = load_with_csv(tmp_path, text)
+    for result in iter_audience(loaded):
+        if isinstance(result, RowProblem):
+            assert "\x00" not in result.reason
+        else:
+            assert "\x00" not in result.email
+            assert "\x00" not in (result.name or "")
+
+
 def test_duplicates_are_not_filtered_here(tmp_path: Path) -> None:
     loaded = load_with_csv(tmp_path, "email\na@example.com\nA@EXAMPLE.com\n")
     emails = [r.email for r in iter_audience(loaded) if isinstance(r, Recipient)]
