@@ -34,14 +34,14 @@ from scheduler.check_pool import CheckPool, CheckRow, check_in_processes
 from scheduler.check_report import CheckReport, Problem
 from scheduler.compose import CompiledStep, CompileFailures, compile_steps, compose_broadcast
 from scheduler.planning import Planner
-from scheduler.snapshot import Snapshot, ensure_snapshot, snapshotted
+from scheduler.snapshot import SNAPSHOT_BATCH, Snapshot, ensure_snapshot, snapshotted
 from scheduler.spool import JobSpool, read_blocks, write_block
 from scheduler.store import SnapshotStore
 from scheduler.unsubscribe_links import UnsubscribeLinks
 from templates.errors import TemplateError
 
-#: Snapshot rows read from the database per query, and written to the file per block.
-PAGE = 5000
+#: A snapshot row's stored columns, in the order of ``SnapshotStore.page`` after the position.
+COLUMNS = ("line", "email", "name", "variables", "problem")
 
 
 def composed_occurrence(
@@ -52,26 +52,52 @@ def composed_occurrence(
     pool: CheckPool,
     links: UnsubscribeLinks | None,
     takeover_after: float | None,
-    page: int = PAGE,
+    page: int = SNAPSHOT_BATCH,
 ) -> JobSpool | None:
     """Every step's jobs of this occurrence, composed by ``pool``'s processes, in a complete
     spool the caller closes; None when fan-out should compose them itself (no snapshot, a small
     or imperfect one, or a process that failed). ``page``: snapshot rows a read and a block."""
     if not snapshotted(loaded, per_occurrence=True):
         return None
-    snapshot = ensure_snapshot(engine, loaded, occurrence_at, takeover_after=takeover_after)
-    if snapshot.rows < pool.min_rows or snapshot.rejects:
-        return None  # rejected rows: fan-out refuses or skips them, and says so
+    rows = SnapshotRows()
+    try:
+        # A snapshot read now is copied as it is written; one found complete is copied from
+        # the database.
+        snapshot = ensure_snapshot(
+            engine,
+            loaded,
+            occurrence_at,
+            batch=page,
+            takeover_after=takeover_after,
+            written=rows.add,
+        )
+        if snapshot.rows < pool.min_rows or snapshot.rejects:
+            return None  # rejected rows: fan-out refuses or skips them, and says so
+        if rows.count != snapshot.rows:
+            rows.close()
+            rows = SnapshotRows.of(engine, snapshot, page=page)
+        rows.seal(snapshot.unit)
+        return _composed(loaded, occurrence_at, pool, links, rows)
+    finally:
+        rows.close()
+
+
+def _composed(
+    loaded: LoadedCampaign,
+    occurrence_at: datetime,
+    pool: CheckPool,
+    links: UnsubscribeLinks | None,
+    rows: SnapshotRows,
+) -> JobSpool | None:
     try:
         steps = compile_steps(loaded, links)
     except CompileFailures:
         return None  # a template file changed meanwhile: fan-out meets it as it always did
     spool = JobSpool(step.id for step in loaded.spec.steps)
     try:
-        with SnapshotRows.of(engine, snapshot, page=page) as rows:
-            report = check_in_processes(
-                pool, spool, rows.share, _composer(loaded, steps, occurrence_at), None
-            )
+        report = check_in_processes(
+            pool, spool, rows.share, _composer(loaded, steps, occurrence_at), None
+        )
     except BaseException:
         spool.close()
         raise
@@ -115,13 +141,26 @@ class SnapshotRows:
     that forked processes can read them without the database; see scheduler.spool for the
     format. Each record is a row as stored: (line, email, name, variables as JSON, problem)."""
 
-    def __init__(self, unit: Unit) -> None:
-        self.unit = unit
+    def __init__(self) -> None:
+        self.unit: Unit = "line"  # how the rows' places are counted (the snapshot's format)
+        self.count = 0
         self._file: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
 
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        """Rows as scheduler.snapshot writes them, in order."""
+        write_block(self._file, [tuple(row[column] for column in COLUMNS) for row in rows])
+        self.count += len(rows)
+
+    def seal(self, unit: Unit) -> None:
+        """Done writing: on disk before any process forks (a buffer the children inherited
+        would be written once more by each of them)."""
+        self.unit = unit
+        self._file.flush()
+
     @classmethod
-    def of(cls, engine: Engine, snapshot: Snapshot, *, page: int = PAGE) -> SnapshotRows:
-        rows = cls(snapshot.unit)
+    def of(cls, engine: Engine, snapshot: Snapshot, *, page: int) -> SnapshotRows:
+        """A copy of a snapshot already in the database."""
+        rows = cls()
         try:
             store = SnapshotStore(engine.dialect.name)
             after = 0
@@ -132,11 +171,9 @@ class SnapshotRows:
                     )
                 if read:
                     write_block(rows._file, [tuple(row)[1:] for row in read])
+                    rows.count += len(read)
                     after = read[-1].position
                 if len(read) < page:
-                    # On disk before any process forks: a buffer the children inherited would
-                    # be written once more by each of them.
-                    rows._file.flush()
                     return rows
         except BaseException:
             rows.close()

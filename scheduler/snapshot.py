@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -112,19 +112,22 @@ def ensure_snapshot(
     *,
     batch: int = SNAPSHOT_BATCH,
     takeover_after: float | None = None,
+    written: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> Snapshot:
     """The occurrence's complete snapshot, reading the audience now if there is none yet.
 
     ``takeover_after``: take over an unfinished snapshot only if nobody wrote to it for that
     many seconds (raises SnapshotBusy otherwise); None takes it over at once (a launch).
+    ``written``: told each batch of rows once it is in the snapshot, in order, if the snapshot
+    is read now (scheduler.occurrence_pool keeps a copy; never told when one is reused).
     """
-    written = _written(loaded)
+    source = _written(loaded)
     name = loaded.spec.name
     store = SnapshotStore(engine.dialect.name)
     token = uuid.uuid4().hex
     with engine.begin() as conn:
         found = store.begin(
-            conn, name, occurrence_at, token=token, url=written, stale_after=takeover_after
+            conn, name, occurrence_at, token=token, url=source, stale_after=takeover_after
         )
     if found.complete:
         return Snapshot(
@@ -133,7 +136,7 @@ def ensure_snapshot(
     if found.token != token:
         raise SnapshotBusy(f"the audience of {name!r} at {occurrence_at.isoformat()} is being read")
     try:
-        snapshot = _fetch_into(engine, store, loaded, name, occurrence_at, token, batch)
+        snapshot = _fetch_into(engine, store, loaded, name, occurrence_at, token, batch, written)
     except BaseException:
         # Leave nothing half-written behind (a hard crash can; the next launch takes it over).
         with contextlib.suppress(Exception), engine.begin() as conn:
@@ -150,6 +153,7 @@ def _fetch_into(
     occurrence_at: datetime,
     token: str,
     batch: int,
+    written: Callable[[list[dict[str, Any]]], None] | None,
 ) -> Snapshot:
     rows: list[dict[str, Any]] = []
     total = rejects = batch_rejects = 0
@@ -170,6 +174,8 @@ def _fetch_into(
                 )
             if not owned:
                 raise _taken_over(source)
+            if written is not None and rows:
+                written(rows)
             rows.clear()
             batch_rejects = 0
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import Engine
 
 import scheduler.fanout
+import scheduler.occurrence_pool
 from campaigns.audience import Recipient
 from campaigns.spec import load_campaign
 from dispatch.models import send_job
@@ -137,7 +138,11 @@ def test_a_pooled_occurrence_holds_what_fan_out_composes(
     path = scheduled(tmp_path, engine, people)
     occurrence_at = FIRST + timedelta(weeks=next(OCCURRENCES))  # a snapshot of its own
     loaded = load_campaign(path)
+    # First as a pass that reads the list now, then as one that finds its snapshot complete.
     spool = composed_occurrence(
+        engine, loaded, occurrence_at, pool=POOL, links=None, takeover_after=None, page=page
+    )
+    again = composed_occurrence(
         engine, loaded, occurrence_at, pool=POOL, links=None, takeover_after=None, page=page
     )
     try:
@@ -147,12 +152,16 @@ def test_a_pooled_occurrence_holds_what_fan_out_composes(
     if expected is None or ensure_snapshot(engine, loaded, occurrence_at).rejects:
         event("left to fan-out")
         assert spool is None
+        assert again is None
         return
     event("pooled")
     assert spool is not None
-    with spool:
+    assert again is not None
+    with spool, again:
         assert spool.complete
+        assert again.complete
         assert pooled(spool) == expected
+        assert pooled(again) == expected
 
 
 def test_a_snapshot_with_an_unusable_row_is_left_to_fan_out(engine: Engine, tmp_path: Path) -> None:
@@ -289,3 +298,27 @@ def test_a_nul_in_a_name_costs_its_row_not_the_occurrence(
     assert "1 audience row(s) could not be used" in campaign.note
     assert kept == [False]  # an unusable row: fan-out skips it in its own process
     assert "user4@example.com" not in {row[2] for row in outbox(engine)}
+
+
+def test_a_snapshot_read_now_is_copied_as_it_is_written(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass that reads the list keeps its copy while writing the snapshot; only a pass that
+    finds the snapshot complete reads it back from the database."""
+    path = scheduled(tmp_path, engine, [(f"User {i}", "Paris", "") for i in range(12)])
+    loaded = load_campaign(path)
+    read_back: list[int] = []
+    of = scheduler.occurrence_pool.SnapshotRows.of
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        read_back.append(1)
+        return of(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler.occurrence_pool.SnapshotRows, "of", recording)
+    for expected_reads in ([], [1]):
+        spool = composed_occurrence(
+            engine, loaded, FIRST, pool=POOL, links=None, takeover_after=None
+        )
+        assert spool is not None
+        spool.close()
+        assert read_back == expected_reads

@@ -3,6 +3,7 @@ in order, across compressed blocks, and stays appendable after being read."""
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from dispatch.store import NewJob
 from scheduler import spool as spool_module
-from scheduler.spool import JobSpool
+from scheduler.spool import JobSpool, read_blocks, write_block
 
 AT = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 text = st.text(st.characters(codec="utf-8"), max_size=30)
@@ -139,3 +140,19 @@ def test_a_part_of_other_steps_is_refused() -> None:
         pytest.raises(ValueError, match="other steps"),
     ):
         spool.adopt(other, other.written())
+
+
+def test_readers_of_one_file_do_not_share_its_position() -> None:
+    """Forked processes share an open file's position; so do two readers of one file object.
+    Each reader reads every block from the start, whatever the other has read, and appending
+    afterwards still appends (scheduler.occurrence_pool reads one file in several processes)."""
+    blocks = [[(i, f"row {i}")] for i in range(4)]
+    with tempfile.TemporaryFile() as file:
+        for block in blocks:
+            write_block(file, block)
+        first = read_blocks(file)
+        assert [next(first), next(first)] == blocks[:2]
+        assert list(read_blocks(file)) == blocks
+        assert list(first) == blocks[2:]
+        write_block(file, [(9, "late")])
+        assert list(read_blocks(file))[-1] == [(9, "late")]
