@@ -22,7 +22,6 @@ import json
 import tempfile
 from collections.abc import Callable, Iterator
 from datetime import datetime
-from types import TracebackType
 from typing import IO, Any
 
 from sqlalchemy.engine import Engine
@@ -196,14 +195,3 @@ class SnapshotRows:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._file.close()
-
-    def __enter__(self) -> SnapshotRows:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
