@@ -99,22 +99,36 @@ def check_in_processes(
     rows: ShareReader,
     check_row: CheckRow,
     progress: Progress | None,
+    *,
+    beside: Callable[[], None] | None = None,
 ) -> CheckReport | None:
     """The check's report with every job in ``spool``; None when the check must be run again in
-    one process (a problem somewhere, a child that failed; ``spool`` is then empty again)."""
+    one process (a problem somewhere, a child that failed; ``spool`` is then empty again).
+
+    ``beside``: the parent's own work meanwhile, instead of a share: every share goes to a
+    child (scheduler.occurrence_pool writes the occurrence's snapshot while they compose). What
+    it raises discards the children's work and propagates."""
     children: list[_Child] = []
     try:
         try:
-            for index in range(1, pool.processes):
+            for index in range(0 if beside is not None else 1, pool.processes):
                 children.append(_Child.start(pool, index, spool, rows, check_row))
         except OSError:  # no fork today (process limit, memory): one process will do
             _discard(children, spool)
             return None
-        report, seen = _own_share(pool, spool, rows, check_row, progress, children)
+        if beside is None:
+            report, seen = _own_share(pool, spool, rows, check_row, progress, children)
+        else:
+            # The children's progress lines wait in their pipes meanwhile (a line per block
+            # composed: 64 KiB hold those of millions of rows).
+            beside()
+            report, seen = CheckReport(), -1
         summaries = [child.finish(progress) for child in children]
     except BaseException:
         _discard(children, spool)
         raise
+    if beside is not None and summaries[0] is not None:
+        seen = summaries[0]["rows"]  # every share a child's: all must have read the same rows
     if not report.ok or any(_unusable(summary, seen) for summary in summaries):
         _discard(children, spool)
         return None

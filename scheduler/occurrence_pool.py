@@ -3,13 +3,20 @@
 An occurrence of a recurring campaign fans out from its snapshot (scheduler.snapshot), and
 fan-out composed every message in the scheduler's own process: one core, two thirds of a large
 occurrence's time (bench/profiles/fanout.md, session 40). A launch's check already shares its
-composing out (scheduler.check_pool); an occurrence now does the same. Its snapshot's rows are
-copied once to an anonymous file, as they are stored (``SnapshotRows``); every process reads
-that file and composes its own share into a spool part; fan-out then streams the merged spool
-as it streams a launch's (scheduler.fanout, ``composed``).
+composing out (scheduler.check_pool); an occurrence now does the same, in one of two ways:
 
-The same messages either way: ``compose_broadcast`` at the occurrence's time, for the same
-snapshot rows, with steps compiled the same way (tests/integration/test_occurrence_pool.py).
+- its list is a CSV file big enough for the pool (``CheckPool.takes``), read now: one child
+  per core composes its share from the file (as a launch's check does) while this process
+  writes the snapshot from the same file. Their work is kept only if they read the same list:
+  the snapshot was written now, the file's sha256 is the same after as before, and every row
+  was a recipient;
+- otherwise (a URL list, a smaller file, a snapshot a crashed pass left complete, or the above
+  not kept): the snapshot's rows are copied to an anonymous file (as they are written, when
+  they are written now), every process reads that file and composes its own share.
+
+Fan-out then streams the merged spool as it streams a launch's (scheduler.fanout,
+``composed``). The same messages either way: ``compose_broadcast`` at the occurrence's time,
+for the same rows, with steps compiled the same way (tests/integration/test_occurrence_pool.py).
 Only a clean result is taken: if a row is unusable, a message cannot be rendered or a process
 fails, the spool is dropped and fan-out composes in its own process as before, skipping and
 noting what it must. A small occurrence (``CheckPool.min_rows``) is not worth the forks.
@@ -26,12 +33,13 @@ from typing import IO, Any
 
 from sqlalchemy.engine import Engine
 
-from campaigns.audience import Recipient, RowProblem
+from campaigns.audience import Recipient, RowProblem, iter_audience_share
 from campaigns.audience_formats import Unit
 from campaigns.spec import LoadedCampaign
-from scheduler.check_pool import CheckPool, CheckRow, check_in_processes
+from scheduler.check_pool import CheckPool, CheckRow, ShareReader, check_in_processes
 from scheduler.check_report import CheckReport, Problem
 from scheduler.compose import CompiledStep, CompileFailures, compile_steps, compose_broadcast
+from scheduler.enrollment import csv_digest
 from scheduler.planning import Planner
 from scheduler.snapshot import SNAPSHOT_BATCH, Snapshot, ensure_snapshot, snapshotted
 from scheduler.spool import JobSpool, read_blocks, write_block
@@ -55,14 +63,18 @@ def composed_occurrence(
 ) -> JobSpool | None:
     """Every step's jobs of this occurrence, composed by ``pool``'s processes, in a complete
     spool the caller closes; None when fan-out should compose them itself (no snapshot, a small
-    or imperfect one, or a process that failed). ``page``: snapshot rows a read and a block."""
+    or imperfect one, or a process that failed). ``page``: snapshot rows a batch and a read."""
     if not snapshotted(loaded, per_occurrence=True):
         return None
-    rows = SnapshotRows()
     try:
-        # A snapshot read now is copied as it is written; one found complete is copied from
-        # the database.
-        snapshot = ensure_snapshot(
+        composer = _composer(loaded, compile_steps(loaded, links), occurrence_at)
+    except CompileFailures:
+        return None  # a template file changed meanwhile: fan-out meets it as it always did
+    rows = SnapshotRows()
+
+    def snapshot_now() -> Snapshot:
+        # A snapshot read now is copied as it is written (``rows``); one found complete is not.
+        return ensure_snapshot(
             engine,
             loaded,
             occurrence_at,
@@ -70,33 +82,75 @@ def composed_occurrence(
             takeover_after=takeover_after,
             written=rows.add,
         )
+
+    try:
+        if pool.takes(loaded):
+            spool, snapshot = _beside_snapshot(pool, loaded, composer, snapshot_now, rows)
+            if spool is not None:
+                return spool
+        else:
+            snapshot = snapshot_now()
         if snapshot.rows < pool.min_rows or snapshot.rejects:
             return None  # rejected rows: fan-out refuses or skips them, and says so
         if rows.count != snapshot.rows:
             rows.close()
             rows = SnapshotRows.of(engine, snapshot, page=page)
         rows.seal(snapshot.unit)
-        return _composed(loaded, occurrence_at, pool, links, rows)
+        composed = _in_processes(pool, loaded, rows.share, composer)
+        return None if composed is None else composed[0]
     finally:
         rows.close()
 
 
-def _composed(
-    loaded: LoadedCampaign,
-    occurrence_at: datetime,
+def _beside_snapshot(
     pool: CheckPool,
-    links: UnsubscribeLinks | None,
+    loaded: LoadedCampaign,
+    composer: CheckRow,
+    snapshot_now: Callable[[], Snapshot],
     rows: SnapshotRows,
-) -> JobSpool | None:
-    try:
-        steps = compile_steps(loaded, links)
-    except CompileFailures:
-        return None  # a template file changed meanwhile: fan-out meets it as it always did
+) -> tuple[JobSpool | None, Snapshot]:
+    """The occurrence's jobs composed from its CSV file while this process writes the snapshot
+    from the same file, and the snapshot. The spool is kept only if they read the same list:
+    the snapshot was written now, the file's sha256 is the same after as before, and every
+    row was a recipient. Else None (the snapshot is composed from its copy, or by fan-out)."""
+    digest = csv_digest(loaded)
+    taken: list[Snapshot] = []
+    composed = _in_processes(
+        pool,
+        loaded,
+        lambda wanted: iter_audience_share(loaded, wanted),
+        composer,
+        beside=lambda: taken.append(snapshot_now()),
+    )
+    # No snapshot yet if the processes could not be started (fork refused): written now.
+    snapshot = taken[0] if taken else snapshot_now()
+    same_list = (
+        rows.count == snapshot.rows
+        and not snapshot.rejects
+        and digest is not None
+        and csv_digest(loaded) == digest
+    )
+    if composed is None:
+        return None, snapshot
+    spool, report = composed
+    # (Every row a recipient of one process: belt and braces beside the file's digest.)
+    if not (same_list and report.recipients == snapshot.rows):
+        spool.close()
+        return None, snapshot
+    return spool, snapshot
+
+
+def _in_processes(
+    pool: CheckPool,
+    loaded: LoadedCampaign,
+    rows: ShareReader,
+    composer: CheckRow,
+    beside: Callable[[], None] | None = None,
+) -> tuple[JobSpool, CheckReport] | None:
+    """``check_in_processes`` into a new spool: the spool, complete, and the report."""
     spool = JobSpool(step.id for step in loaded.spec.steps)
     try:
-        report = check_in_processes(
-            pool, spool, rows.share, _composer(loaded, steps, occurrence_at), None
-        )
+        report = check_in_processes(pool, spool, rows, composer, None, beside=beside)
     except BaseException:
         spool.close()
         raise
@@ -104,7 +158,7 @@ def _composed(
         spool.close()
         return None
     spool.complete = True
-    return spool
+    return spool, report
 
 
 def _composer(

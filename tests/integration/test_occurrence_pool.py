@@ -115,7 +115,9 @@ def pooled(spool: JobSpool) -> dict[str, list[Any]]:
     return {step: list(spool.entries(step)) for step in STEPS}
 
 
-POOL = CheckPool(3, block=3, min_rows=1)
+POOL = CheckPool(3, block=3, min_rows=1)  # a small file: composed from the snapshot's copy
+# Any file: composed from the CSV by three children while the snapshot is written.
+BESIDE = CheckPool(3, block=3, min_rows=1, min_bytes=0)
 OCCURRENCES = iter(range(10_000))
 
 
@@ -124,6 +126,7 @@ OCCURRENCES = iter(range(10_000))
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.parametrize("pool", [POOL, BESIDE], ids=["copy", "beside"])
 @given(
     people=st.lists(PERSON, min_size=1, max_size=20),
     trouble=TROUBLE,
@@ -133,6 +136,7 @@ OCCURRENCES = iter(range(10_000))
 def test_a_pooled_occurrence_holds_what_fan_out_composes(
     engine: Engine,
     tmp_path: Path,
+    pool: CheckPool,
     people: list[tuple[str, str, str]],
     trouble: tuple[str, str, str] | None,
     at: int,
@@ -148,10 +152,10 @@ def test_a_pooled_occurrence_holds_what_fan_out_composes(
     loaded = load_campaign(path)
     # First as a pass that reads the list now, then as one that finds its snapshot complete.
     spool = composed_occurrence(
-        engine, loaded, occurrence_at, pool=POOL, links=None, takeover_after=None, page=page
+        engine, loaded, occurrence_at, pool=pool, links=None, takeover_after=None, page=page
     )
     again = composed_occurrence(
-        engine, loaded, occurrence_at, pool=POOL, links=None, takeover_after=None, page=page
+        engine, loaded, occurrence_at, pool=pool, links=None, takeover_after=None, page=page
     )
     try:
         expected = inline(engine, path, occurrence_at)
@@ -313,3 +317,54 @@ def test_a_snapshot_read_now_is_copied_as_it_is_written(
         assert spool is not None
         spool.close()
         assert read_back == expected_reads
+
+
+@pytest.fixture
+def routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """How each pooled composing ran: "beside" (from the CSV while the snapshot was written),
+    "copy" (from the snapshot's copy), each "kept" or "dropped"."""
+    seen: list[str] = []
+    in_processes = scheduler.occurrence_pool._in_processes
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        composed = in_processes(*args, **kwargs)
+        route = "beside" if kwargs.get("beside") is not None else "copy"
+        seen.append(f"{route} {'kept' if composed is not None else 'dropped'}")
+        return composed
+
+    monkeypatch.setattr(scheduler.occurrence_pool, "_in_processes", recording)
+    return seen
+
+
+def test_a_list_read_now_is_composed_beside_its_snapshot(
+    engine: Engine, tmp_path: Path, routes: list[str]
+) -> None:
+    path = scheduled(tmp_path, engine, [(f"User {i}", "Paris", "") for i in range(12)])
+    loaded = load_campaign(path)
+    for _ in range(2):
+        spool = composed_occurrence(
+            engine, loaded, FIRST, pool=BESIDE, links=None, takeover_after=None
+        )
+        assert spool is not None
+        with spool:
+            assert pooled(spool) == inline(engine, path, FIRST)
+    # The second pass found the snapshot complete: what its children read may not be the list
+    # the snapshot holds, so the snapshot's copy is composed instead.
+    assert routes == ["beside kept", "beside kept", "copy kept"]
+
+
+def test_a_list_that_changed_while_its_snapshot_was_written_is_composed_from_the_snapshot(
+    engine: Engine, tmp_path: Path, routes: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file's sha256 differs after the snapshot from before it: the children may have read
+    another list than the snapshot's, so their work is dropped."""
+    path = scheduled(tmp_path, engine, [(f"User {i}", "Paris", "") for i in range(12)])
+    digests = iter(["before", "after"])
+    monkeypatch.setattr(scheduler.occurrence_pool, "csv_digest", lambda _loaded: next(digests))
+    spool = composed_occurrence(
+        engine, load_campaign(path), FIRST, pool=BESIDE, links=None, takeover_after=None
+    )
+    assert spool is not None
+    with spool:
+        assert pooled(spool) == inline(engine, path, FIRST)
+    assert routes == ["beside kept", "copy kept"]
