@@ -289,3 +289,47 @@ def test_a_child_s_stop_signal_is_not_the_parent_s(wakeup: socket.socket) -> Non
     assert result is None
     with pytest.raises(BlockingIOError):
         wakeup.recv(16)
+
+
+def _numbers(wanted: Callable[[int], bool]) -> Iterator[Any]:
+    return iter([at if wanted(at) else None for at in range(1, 31)])
+
+
+def _job_of(spool: JobSpool | None, report: CheckReport, position: int, item: Any) -> bool:
+    assert spool is not None
+    spool.add_problem(position)  # a record at this position, enough to see who wrote what
+    report.recipients += 1
+    return True
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_beside_the_parent_s_own_work_the_children_take_every_share(processes: int) -> None:
+    """With ``beside``, the parent composes nothing: it runs that work while one child per
+    share composes; the spool holds every position once, in order."""
+    parent = os.getpid()
+    ran: list[int] = []
+    with JobSpool(["a"]) as spool:
+        report = check_in_processes(
+            CheckPool(processes, block=4),
+            spool,
+            _numbers,
+            _job_of,
+            None,
+            beside=lambda: ran.append(os.getpid()),
+        )
+        assert report is not None
+        assert report.recipients == 30
+        assert [position for position, _ in spool.entries("a")] == list(range(1, 31))
+    assert ran == [parent]
+
+
+def test_what_the_parent_s_own_work_raises_drops_the_children_s() -> None:
+    def failing() -> None:
+        raise RuntimeError("the snapshot failed")
+
+    with JobSpool(["a"]) as spool:
+        with pytest.raises(RuntimeError, match="the snapshot failed"):
+            check_in_processes(
+                CheckPool(2, block=4), spool, _numbers, _job_of, None, beside=failing
+            )
+        assert list(spool.entries("a")) == []
