@@ -1,7 +1,8 @@
 """``herald scheduler`` composing a large occurrence in one process per core
 (scheduler.occurrence_pool): the real service forks from the thread its pass runs in, beside
-its asyncio loop and signal handlers; the occurrence is fanned out whole, the ``fired`` record
-says how many processes composed it, and a SIGTERM afterwards stops it gracefully."""
+its asyncio loop and signal handlers, and writes the snapshot while its children compose; the
+occurrence is fanned out whole, the ``fired`` record says how many processes composed it, and a
+SIGTERM afterwards stops it gracefully."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from dispatch.models import send_job
-from scheduler.check_pool import MAX_PROCESSES, MIN_ROWS
+from scheduler.check_pool import MAX_PROCESSES, MIN_BYTES
 from tests.processes.test_scheduler_processes import (
     ONE_SHOT,
     READY,
@@ -28,7 +29,7 @@ from tests.support.campaign_files import write_audience
 from tests.support.paths import HERALD
 from tests.support.schedules import launch_at
 
-RECIPIENTS = MIN_ROWS + 500
+RECIPIENTS = 8000  # a file over MIN_BYTES: composed beside the snapshot's writing
 JOBS = 2 * RECIPIENTS  # ONE_SHOT has two steps
 
 
@@ -40,6 +41,7 @@ def test_a_scheduler_composes_a_large_occurrence_in_processes_and_stops_cleanly(
     folder = tmp_path / "large"
     folder.mkdir()
     addresses = write_audience(folder / "people.csv", RECIPIENTS)
+    assert (folder / "people.csv").stat().st_size >= MIN_BYTES
     path = folder / "campaign.yaml"
     path.write_text(ONE_SHOT.format(name="large", start=iso(due)))
     assert launch_at(engine, path, due - timedelta(days=1)).fanout.new_jobs == 0
