@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DataError
 
 from campaigns.errors import CampaignError
 from campaigns.spec import LoadedCampaign, UrlAudience
@@ -47,8 +48,11 @@ from scheduler.unsubscribe_links import UnsubscribeLinks
 from templates.errors import TemplateError
 
 # What one campaign's definition, files or audience can raise: noted on that campaign, which is
-# retried at the next pass, while the others go on. (Database errors end the pass.)
-CAMPAIGN_PROBLEMS = (CampaignError, TemplateError, CompileFailures, OSError, ValueError)
+# retried at the next pass, while the others go on. That includes the database refusing a value
+# of the campaign's data (DataError: a NUL in a text, once): it would refuse it at every pass,
+# and no campaign after it would ever be passed. Other database errors (the server gone, a
+# deadlock) end the pass, which is retried whole.
+CAMPAIGN_PROBLEMS = (CampaignError, TemplateError, CompileFailures, OSError, ValueError, DataError)
 URL_REFRESH = 300.0  # seconds between two fetches of an enrollment campaign's URL audience
 TAKEOVER_AFTER = 60.0  # seconds without a write before a snapshot's writer is presumed dead
 

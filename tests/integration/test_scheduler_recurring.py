@@ -8,10 +8,13 @@ import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DataError
 
+import scheduler.passes
 from dispatch.keys import KeyTuple
 from herald.db import create_engine
 from scheduler import fanout
@@ -371,3 +374,42 @@ def test_a_fire_that_cannot_be_fanned_out_is_retried_then_given_up(
     assert (moment, state) == (MONDAYS[1], "skipped")
     assert reason is not None
     assert "could not be fanned out in time" in reason
+
+
+def test_data_the_database_refuses_costs_its_campaign_not_the_pass(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value the database will not store (it refused a NUL in a name until the audience
+    reader did) is refused again at every pass: it is noted on its campaign, and the campaigns
+    after it are passed as usual. Before, it ended every pass before them."""
+    launch_at(
+        engine,
+        write_scheduled(tmp_path / "a", WEEKLY.format(extra=""), PEOPLE, name="a-refused"),
+        REGISTERED,
+    )
+    launch_at(
+        engine,
+        write_scheduled(tmp_path / "b", WEEKLY.format(extra=""), PEOPLE, name="b-fine"),
+        REGISTERED,
+    )
+    materialise = fanout.materialise
+
+    def refusing(engine: Engine, loaded: Any, *args: Any, **kwargs: Any) -> Any:
+        if loaded.spec.name == "a-refused":
+            refused = Exception('invalid byte sequence for encoding "UTF8": 0x00')
+            raise DataError("INSERT INTO audience_snapshot …", {}, refused)
+        return materialise(engine, loaded, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler.passes, "materialise", refusing)
+    report = pass_at(engine, MONDAYS[0])
+    refused, fine = report.get("a-refused"), report.get("b-fine")
+    assert refused is not None
+    assert fine is not None
+    assert refused.fired == []
+    assert refused.note is not None
+    assert "0x00" in refused.note
+    assert "retried at the next pass" in refused.note
+    assert "INSERT" not in refused.note  # the first line only: never the statement or its data
+    assert fine.fired == [MONDAYS[0]]
+    assert jobs(engine, "a-refused") == []
+    assert len(jobs(engine, "b-fine")) == len(jobs(engine))
