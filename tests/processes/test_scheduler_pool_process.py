@@ -2,7 +2,8 @@
 (scheduler.occurrence_pool): the real service forks from the thread its pass runs in, beside
 its asyncio loop and signal handlers, and writes the snapshot while its children compose; the
 occurrence is fanned out whole, the ``fired`` record says how many processes composed it, and a
-SIGTERM afterwards stops it gracefully."""
+SIGTERM afterwards stops it gracefully. And ``herald run``, whose worker's threads run beside the
+fork, delivers every message of such an occurrence once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from dispatch.keys import KeyTuple, message_id
 from dispatch.models import send_job
 from scheduler.check_pool import MAX_PROCESSES, MIN_BYTES
 from tests.processes.test_scheduler_processes import (
@@ -21,16 +23,30 @@ from tests.processes.test_scheduler_processes import (
     READY,
     Service,
     fire_states,
+    herald,
     iso,
     job_count,
     wait_until,
+    whole_seconds_after,
 )
 from tests.support.campaign_files import write_audience
 from tests.support.paths import HERALD
 from tests.support.schedules import launch_at
+from tests.support.smtp_server import LedgerSMTPServer
 
 RECIPIENTS = 8000  # a file over MIN_BYTES: composed beside the snapshot's writing
 JOBS = 2 * RECIPIENTS  # ONE_SHOT has two steps
+# One step, for the run that also sends every message.
+ONE_STEP = """\
+name: large
+from: "Herald Tests <news@herald.test>"
+audience: people.csv
+start_at: "{start}"
+steps:
+  - id: hello
+    subject: "Hello {{{{ name }}}}"
+    text: "Hello {{{{ name }}}}."
+"""
 
 
 def test_a_scheduler_composes_a_large_occurrence_in_processes_and_stops_cleanly(
@@ -67,3 +83,47 @@ def test_a_scheduler_composes_a_large_occurrence_in_processes_and_stops_cleanly(
         rows = conn.execute(sa.select(send_job.c.step, send_job.c.recipient)).all()
     assert len(rows) == len(set(rows)) == JOBS
     assert {recipient for _, recipient in rows} == set(addresses)
+
+
+def test_herald_run_composes_a_large_occurrence_in_processes_beside_its_worker(
+    tmp_path: Path, smtp_server: LedgerSMTPServer
+) -> None:
+    """``herald run`` (scheduler and worker in one process, on SQLite): its pass forks while the
+    worker's database threads and event loop run beside it, and every message of the
+    occurrence reaches the relay once."""
+    assert len(os.sched_getaffinity(0)) >= 2, "one core: the pass composes in its own process"
+    db_url = f"sqlite:///{tmp_path / 'herald.db'}"
+    folder = tmp_path / "large"
+    folder.mkdir()
+    addresses = write_audience(folder / "people.csv", RECIPIENTS)
+    start = whole_seconds_after(2)
+    path = folder / "campaign.yaml"
+    path.write_text(ONE_STEP.format(start=iso(start)))
+    launched = herald("launch", str(path), "--database-url", db_url)
+    assert launched.returncode == 0, launched.stderr
+    smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
+    options = "run --tick 0.5 --poll 0.05 --log-format json"
+    run = Service(
+        "run",
+        [str(HERALD), *options.split(), "--database-url", db_url, "--smtp-url", smtp_url],
+        tmp_path,
+    )
+    run.start()
+    try:
+        wait_until(
+            lambda: len(smtp_server.accepted_ids()) >= RECIPIENTS or not run.alive,
+            lambda: len(smtp_server.accepted_ids()),
+            "herald run did not deliver the occurrence",
+        )
+        assert run.terminate(READY["scheduler"]) == 0, run.stderr()
+    finally:
+        if run.alive:
+            run.kill()
+    expected = {
+        message_id(KeyTuple("large", "hello", start, address).key(), "herald.test")
+        for address in addresses
+    }
+    assert sorted(smtp_server.accepted_ids()) == sorted(expected)  # each once
+    records = [json.loads(line) for line in run.logs[-1].read_text().splitlines() if line]
+    [fired] = [record for record in records if record.get("event") == "fired"]
+    assert fired["processes"] == min(len(os.sched_getaffinity(0)), MAX_PROCESSES)
