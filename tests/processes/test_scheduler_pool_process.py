@@ -18,12 +18,14 @@ from sqlalchemy.engine import Engine
 from dispatch.keys import KeyTuple, message_id
 from dispatch.models import send_job
 from scheduler.check_pool import MAX_PROCESSES, MIN_BYTES
+from tests.processes.test_metrics_processes import ONE_SHOT as ONE_STEP
 from tests.processes.test_scheduler_processes import (
     ONE_SHOT,
     READY,
     Service,
     fire_states,
     herald,
+    herald_run,
     iso,
     job_count,
     wait_until,
@@ -36,17 +38,6 @@ from tests.support.smtp_server import LedgerSMTPServer
 
 RECIPIENTS = 8000  # a file over MIN_BYTES: composed beside the snapshot's writing
 JOBS = 2 * RECIPIENTS  # ONE_SHOT has two steps
-# One step, for the run that also sends every message.
-ONE_STEP = """\
-name: large
-from: "Herald Tests <news@herald.test>"
-audience: people.csv
-start_at: "{start}"
-steps:
-  - id: hello
-    subject: "Hello {{{{ name }}}}"
-    text: "Hello {{{{ name }}}}."
-"""
 
 
 def test_a_scheduler_composes_a_large_occurrence_in_processes_and_stops_cleanly(
@@ -98,16 +89,10 @@ def test_herald_run_composes_a_large_occurrence_in_processes_beside_its_worker(
     addresses = write_audience(folder / "people.csv", RECIPIENTS)
     start = whole_seconds_after(2)
     path = folder / "campaign.yaml"
-    path.write_text(ONE_STEP.format(start=iso(start)))
+    path.write_text(ONE_STEP.format(start=iso(start)))  # one step, campaign "hello"
     launched = herald("launch", str(path), "--database-url", db_url)
     assert launched.returncode == 0, launched.stderr
-    smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
-    options = "run --tick 0.5 --poll 0.05 --log-format json"
-    run = Service(
-        "run",
-        [str(HERALD), *options.split(), "--database-url", db_url, "--smtp-url", smtp_url],
-        tmp_path,
-    )
+    run = herald_run(tmp_path, db_url, smtp_server, "--log-format", "json")
     run.start()
     try:
         wait_until(
@@ -120,7 +105,7 @@ def test_herald_run_composes_a_large_occurrence_in_processes_beside_its_worker(
         if run.alive:
             run.kill()
     expected = {
-        message_id(KeyTuple("large", "hello", start, address).key(), "herald.test")
+        message_id(KeyTuple("hello", "hello", start, address).key(), "herald.test")
         for address in addresses
     }
     assert sorted(smtp_server.accepted_ids()) == sorted(expected)  # each once

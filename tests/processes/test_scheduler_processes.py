@@ -386,6 +386,15 @@ def test_two_schedulers_killed_at_random_fire_each_occurrence_once(
 # ------------------------------------------------------------------ herald run
 
 
+def herald_run(
+    tmp_path: Path, db_url: str, smtp_server: LedgerSMTPServer, *options: str
+) -> Service:
+    """``herald run`` on ``db_url``, sending to ``smtp_server``, passing every half second."""
+    smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
+    command = [str(HERALD), "run", "--tick", "0.5", "--poll", "0.05", *options]
+    return Service("run", [*command, "--database-url", db_url, "--smtp-url", smtp_url], tmp_path)
+
+
 def test_herald_run_sends_a_campaign_launched_while_it_runs_and_stops_on_sigterm(
     tmp_path: Path, smtp_server: LedgerSMTPServer
 ) -> None:
@@ -393,13 +402,7 @@ def test_herald_run_sends_a_campaign_launched_while_it_runs_and_stops_on_sigterm
     folder = tmp_path / "campaign"
     folder.mkdir()
     addresses = write_audience(folder / "people.csv", 25)
-    smtp_url = f"smtp://{smtp_server.host}:{smtp_server.port}"
-    options = "run --tick 0.5 --poll 0.05 --retry-base 0.05"
-    run = Service(
-        "run",
-        [str(HERALD), *options.split(), "--database-url", db_url, "--smtp-url", smtp_url],
-        tmp_path,
-    )
+    run = herald_run(tmp_path, db_url, smtp_server, "--retry-base", "0.05")
     run.start()
     try:
         # Launched after `herald run` started: the next pass picks it up, no restart.
