@@ -9,6 +9,10 @@ step 1 composed for each), then passed over as a running ``herald scheduler`` wo
 - an idle pass of a running scheduler (the CSV unchanged since its last pass: not read);
 - a pass once every step 1 has been sent: step 2 composed for everyone.
 
+The passes compose with one process per core, as ``herald scheduler``'s do
+(``scheduler.drip_pool``; the launch's own pass too, as ``herald launch``'s). Before session 41
+they composed in the pass's process.
+
 A pass's cost should follow the work that is due, not the number of drips waiting
 (bench/profiles/fanout.md, session 39).
 """
@@ -26,6 +30,7 @@ import sqlalchemy as sa
 from dispatch.models import send_job
 from herald.app.launch import launch
 from herald.db import create_engine
+from scheduler.check_pool import CheckPool, pool_of
 from scheduler.passes import PassState, run_pass
 
 LAUNCH_AT = datetime(2026, 1, 6, 10, 0, tzinfo=UTC)
@@ -68,7 +73,11 @@ def write_drip(folder: Path, recipients: int, name: str) -> Path:
     return path
 
 
-def measure_drip(url: str, path: Path, recipients: int) -> DripFigures:
+def measure_drip(
+    url: str, path: Path, recipients: int, pool: CheckPool | None = None
+) -> DripFigures:
+    """``pool``: the passes' (None: one per core, as ``herald scheduler`` has)."""
+    pool = pool if pool is not None else pool_of()
     engine = create_engine(url)
     try:
         started = time.perf_counter()
@@ -78,7 +87,7 @@ def measure_drip(url: str, path: Path, recipients: int) -> DripFigures:
         def timed_pass(minutes: int, state: PassState | None) -> tuple[float, int]:
             at = LAUNCH_AT + timedelta(minutes=minutes)
             began = time.perf_counter()
-            report = run_pass(engine, now=at, actor="bench", state=state)
+            report = run_pass(engine, now=at, actor="bench", state=state, pool=pool)
             return time.perf_counter() - began, report.new_jobs
 
         idle, idle_jobs = timed_pass(1, None)

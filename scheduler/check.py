@@ -33,7 +33,7 @@ from dispatch.egress import EgressDenied, EgressPolicy, check_url
 from dispatch.store import NewJob
 from scheduler.check_places import SpecPlaces
 from scheduler.check_places import check_header_variables as _check_header_variables
-from scheduler.check_pool import CheckPool, check_in_processes
+from scheduler.check_pool import CheckPool, Row, Shares, check_in_processes
 from scheduler.check_report import MAX_LISTED_PROBLEMS, CheckReport, Problem
 from scheduler.compose import (
     CompiledStep,
@@ -129,8 +129,7 @@ def check_campaign(
             checked = check_in_processes(
                 pool,
                 spool,
-                lambda wanted: iter_audience_share(loaded, wanted),
-                pooled.check,
+                Shares[Row](lambda wanted: iter_audience_share(loaded, wanted), pooled.check),
                 progress,
             )
     rows = row_check(steps)

@@ -36,7 +36,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn
+from typing import Any, Final, Generic, NoReturn, TypeVar
 
 from campaigns.audience import Recipient, RowProblem
 from campaigns.spec import CsvAudience, LoadedCampaign
@@ -45,10 +45,25 @@ from scheduler.spool import JobSpool
 from templates.files import FileRefused
 
 Row = Recipient | RowProblem
-#: The audience, reading only the rows at the positions a predicate wants (None for others).
-ShareReader = Callable[[Callable[[int], bool]], Iterator[Row | None]]
-#: One row's check (scheduler.check._RowCheck.check): True when it composed for a recipient.
-CheckRow = Callable[[JobSpool | None, CheckReport, int, Row], bool]
+#: What the processes share out: an audience's rows, or a drip pass's ready enrollments
+#: (scheduler.drip_pool).
+Item = TypeVar("Item")
+#: The items, giving only those at the positions a predicate wants (None for others).
+ShareReader = Callable[[Callable[[int], bool]], Iterator[Item | None]]
+#: One item's check (scheduler.check._RowCheck.check): True when it composed for a recipient.
+CheckRow = Callable[[JobSpool | None, CheckReport, int, Item], bool]
+
+
+@dataclass(frozen=True)
+class Shares(Generic[Item]):
+    """What the processes share out (``read``) and how one item is checked and composed
+    (``check``). Named with its item type, ``Shares[Row](…)``: the type a function's
+    arguments could not tell apart from ``Row | None``."""
+
+    read: ShareReader[Item]
+    check: CheckRow[Item]
+
+
 Progress = Callable[[int], None]
 
 #: More processes read the file more times over for less each: past four, reading dominates.
@@ -96,8 +111,7 @@ def pool_of(processes: int | None = None) -> CheckPool | None:
 def check_in_processes(
     pool: CheckPool,
     spool: JobSpool,
-    rows: ShareReader,
-    check_row: CheckRow,
+    shares: Shares[Item],
     progress: Progress | None,
     *,
     beside: Callable[[], None] | None = None,
@@ -108,16 +122,16 @@ def check_in_processes(
     ``beside``: the parent's own work meanwhile, instead of a share: every share goes to a
     child (scheduler.occurrence_pool writes the occurrence's snapshot while they compose). What
     it raises discards the children's work and propagates."""
-    children: list[_Child] = []
+    children: list[_Child[Item]] = []
     try:
         try:
             for index in range(0 if beside is not None else 1, pool.processes):
-                children.append(_Child.start(pool, index, spool, rows, check_row))
+                children.append(_Child.start(pool, index, spool, shares))
         except OSError:  # no fork today (process limit, memory): one process will do
             _discard(children, spool)
             return None
         if beside is None:
-            report, seen = _own_share(pool, spool, rows, check_row, progress, children)
+            report, seen = _own_share(pool, spool, shares, progress, children)
         else:
             # The children's progress lines wait in their pipes meanwhile (a line per block
             # composed: 64 KiB hold those of millions of rows).
@@ -143,19 +157,18 @@ def check_in_processes(
 def _own_share(
     pool: CheckPool,
     spool: JobSpool,
-    rows: ShareReader,
-    check_row: CheckRow,
+    shares: Shares[Item],
     progress: Progress | None,
-    children: list[_Child],
+    children: list[_Child[Item]],
 ) -> tuple[CheckReport, int]:
     report = CheckReport()
     seen = 0
-    stream = rows(lambda position: pool.share(position) == 0)
+    stream = shares.read(lambda position: pool.share(position) == 0)
     try:
         for position, item in enumerate(stream, start=1):
             seen = position
             if item is not None:
-                if check_row(spool, report, position, item) and progress is not None:
+                if shares.check(spool, report, position, item) and progress is not None:
                     progress(1)
                 if not report.ok:
                     break
@@ -173,19 +186,19 @@ def _unusable(summary: dict[str, Any] | None, seen: int) -> bool:
     return summary is None or not summary["ok"] or summary["rows"] != seen
 
 
-def _discard(children: list[_Child], spool: JobSpool) -> None:
+def _discard(children: list[_Child[Item]], spool: JobSpool) -> None:
     for child in children:
         child.kill()
     spool.reset()
 
 
-def _close(stream: Iterator[Row | None]) -> None:
+def _close(stream: Iterator[Item | None]) -> None:
     close = getattr(stream, "close", None)
     if close is not None:
         close()  # a generator's: closes the file it reads
 
 
-class _Child:
+class _Child(Generic[Item]):
     """A forked process composing one share, seen from the parent."""
 
     def __init__(self, pid: int, pipe: int, part: JobSpool) -> None:
@@ -202,9 +215,8 @@ class _Child:
         pool: CheckPool,
         index: int,
         spool: JobSpool,
-        rows: ShareReader,
-        check_row: CheckRow,
-    ) -> _Child:
+        shares: Shares[Item],
+    ) -> _Child[Item]:
         part = JobSpool(spool.steps)
         read_end, write_end = os.pipe()
         try:
@@ -216,7 +228,7 @@ class _Child:
             raise
         if pid == 0:
             os.close(read_end)
-            _compose_share(pool, index, part, rows, check_row, write_end)
+            _compose_share(pool, index, part, shares, write_end)
         os.close(write_end)
         os.set_blocking(read_end, False)
         return cls(pid, read_end, part)
@@ -281,8 +293,7 @@ def _compose_share(
     pool: CheckPool,
     index: int,
     part: JobSpool,
-    rows: ShareReader,
-    check_row: CheckRow,
+    shares: Shares[Item],
     pipe: int,
 ) -> NoReturn:
     """The child: compose share ``index`` into ``part``, report through ``pipe``, and leave
@@ -292,11 +303,11 @@ def _compose_share(
         _default_signals()
         report = CheckReport()
         seen = composed = 0
-        for position, item in enumerate(rows(lambda at: pool.share(at) == index), start=1):
+        for position, item in enumerate(shares.read(lambda at: pool.share(at) == index), start=1):
             seen = position
             if item is None:
                 continue
-            if check_row(part, report, position, item):
+            if shares.check(part, report, position, item):
                 composed += 1
             if not report.ok:
                 break

@@ -13,6 +13,9 @@ Exactly once: step k's job is inserted in the transaction whose guarded UPDATE m
 
 from __future__ import annotations
 
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,15 +27,22 @@ from campaigns.control import CampaignConflict
 from campaigns.spec import LoadedCampaign
 from campaigns.store import CampaignStore
 from dispatch.store import NewJob, OutboxStore
-from scheduler.compose import CompiledStep, compose_job
+from scheduler.check_pool import CheckPool
+from scheduler.compose import CompiledStep, CompileFailures, compile_steps, compose_job
+from scheduler.drip_pool import compose_in_processes, in_order
 from scheduler.drip_ready import ReadyPages
 from scheduler.enrollment import drip_keys, end_drips
 from scheduler.enrollment_store import DONE, ENDED, EnrollmentRow, EnrollmentStore
 from scheduler.job_lookup import JobOutcome, outcomes
 from scheduler.planning import Planner
+from scheduler.spool import JobSpool
+from scheduler.unsubscribe_links import UnsubscribeLinks
 from templates.errors import TemplateError
 
 PAGE = 500  # enrollments per read and per transaction
+#: Ready drips read before they are written, when a pool composes them (scheduler.drip_pool):
+#: enough to be worth the forks, and a few megabytes of enrollments in memory.
+CHUNK = 10_000
 SETTLED = ("sent", "failed")
 CANCELLED = "cancelled"
 
@@ -44,12 +54,22 @@ class DripReport:
     done: int = 0
     ended: int = 0  # a step was cancelled, or cannot be rendered
     problems: list[str] | None = None  # rendering problems (the drip ended)
+    processes: int = 1  # the most that composed one chunk of this pass's steps
 
 
 @dataclass(frozen=True)
 class _Next:
     row: EnrollmentRow
     anchor: datetime  # step next_step counts from here
+
+
+Finished = tuple[EnrollmentRow, str, str | None]  # the drip, its end state, and why
+
+
+@dataclass
+class _Page:
+    ready: list[_Next]
+    finished: list[Finished]
 
 
 def advance_drips(
@@ -59,32 +79,143 @@ def advance_drips(
     *,
     actor: str,
     page: int = PAGE,
+    pool: CheckPool | None = None,
+    links: UnsubscribeLinks | None = None,
+    chunk: int = CHUNK,
 ) -> DripReport:
-    """Materialise the next step of every active enrollment that is ready for it."""
+    """Materialise the next step of every active enrollment that is ready for it.
+
+    ``pool``: processes that compose a chunk of ``chunk`` ready drips (scheduler.drip_pool;
+    None: this process composes them, a page at a time); ``links`` as ``steps`` were compiled
+    with, for the pool's own compiling."""
     report = DripReport()
-    pages = ReadyPages()
     planner = Planner(loaded.spec)
-    name = loaded.spec.name
     step_ids = [step.spec.id for step in steps]
+    pages = _ready_pages(engine, loaded.spec.name, step_ids, page, report)
+    if pool is None:
+        for held_page in pages:
+            _write(engine, loaded, steps, planner, held_page, actor, report, None)
+        return report
+
+    def write(held: list[_Page], composed: JobSpool | None) -> None:
+        """A chunk's pages, each job taken from ``composed`` (None: composed here)."""
+        try:
+            jobs = None if composed is None else in_order(composed, _steps_of(held, step_ids))
+            for held_page in held:
+                _write(engine, loaded, steps, planner, held_page, actor, report, jobs)
+        finally:
+            if composed is not None:
+                composed.close()
+
+    # Pipelined: the pool composes a chunk while this process writes the one before it.
+    # Reading ahead of writing changes nothing: a page's write touches its own drips only.
+    unwritten: tuple[list[_Page], JobSpool | None] | None = None
+    try:
+        for held in _chunks(pages, chunk):
+            before, unwritten = unwritten, None
+            composed = _pooled(
+                pool,
+                loaded,
+                links,
+                planner,
+                held,
+                beside=None if before is None else functools.partial(write, *before),
+            )
+            unwritten = held, composed
+            if composed is not None:
+                report.processes = max(report.processes, pool.processes)
+        if unwritten is not None:
+            last, unwritten = unwritten, None
+            write(*last)
+    finally:
+        if unwritten is not None and unwritten[1] is not None:
+            unwritten[1].close()
+    return report
+
+
+def _ready_pages(
+    engine: Engine, name: str, step_ids: list[str], page: int, report: DripReport
+) -> Iterator[_Page]:
+    """The drips that may be ready, a page at a time, by id."""
+    pages = ReadyPages()
     after_id = 0
     while True:
         with engine.connect() as conn:
             rows = pages.page(conn, name, step_ids, after_id=after_id, limit=page)
             previous = _previous_outcomes(conn, name, step_ids, rows)
         if not rows:
-            return report
+            return
         after_id = rows[-1].id
-        ready: list[_Next] = []
-        finished: list[tuple[EnrollmentRow, str, str | None]] = []
-        for row in rows:
-            decision = _decide(row, step_ids, previous)
-            if isinstance(decision, datetime):
-                ready.append(_Next(row, decision))
-            elif decision is None:
-                report.waiting += 1
-            else:
-                finished.append((row, *decision))
-        _write(engine, loaded, steps, planner, ready, finished, actor, report)
+        yield _sorted(rows, step_ids, previous, report)
+
+
+def _chunks(pages: Iterator[_Page], chunk: int) -> Iterator[list[_Page]]:
+    """Pages gathered until they hold ``chunk`` ready drips (the last gathering, whatever
+    they hold)."""
+    held: list[_Page] = []
+    ready = 0
+    for held_page in pages:
+        held.append(held_page)
+        ready += len(held_page.ready)
+        if ready >= chunk:
+            yield held
+            held, ready = [], 0
+    if held:
+        yield held
+
+
+def _sorted(
+    rows: list[EnrollmentRow],
+    step_ids: list[str],
+    previous: dict[int, JobOutcome | None],
+    report: DripReport,
+) -> _Page:
+    """A page's drips: ready for their next step, finished, or (counted) waiting."""
+    sorted_page = _Page([], [])
+    for row in rows:
+        decision = _decide(row, step_ids, previous)
+        if isinstance(decision, datetime):
+            sorted_page.ready.append(_Next(row, decision))
+        elif decision is None:
+            report.waiting += 1
+        else:
+            sorted_page.finished.append((row, *decision))
+    return sorted_page
+
+
+def _pooled(
+    pool: CheckPool,
+    loaded: LoadedCampaign,
+    links: UnsubscribeLinks | None,
+    planner: Planner,
+    held: list[_Page],
+    *,
+    beside: Callable[[], None] | None,
+) -> JobSpool | None:
+    """The held pages' next steps composed by ``pool`` while ``beside`` runs here (None:
+    compose them here; ``beside`` has run all the same)."""
+    ready = [item for held_page in held for item in held_page.ready]
+    steps = None
+    if len(ready) >= pool.min_rows:  # a small chunk is composed here: not even compiled
+        # A template file changed meanwhile: composed here, as it always was.
+        with contextlib.suppress(CompileFailures):
+            steps = compile_steps(loaded, links)  # the pool's own (scheduler.drip_pool)
+    if steps is None:
+        if beside is not None:
+            beside()
+        return None
+    pool_steps = steps
+    return compose_in_processes(
+        pool,
+        [step.spec.id for step in pool_steps],
+        ready,
+        lambda item: _compose(loaded, pool_steps, planner, item),
+        beside=beside,
+    )
+
+
+def _steps_of(held: list[_Page], step_ids: list[str]) -> list[str]:
+    return [step_ids[item.row.next_step] for held_page in held for item in held_page.ready]
 
 
 def _previous_outcomes(
@@ -126,11 +257,14 @@ def _write(
     loaded: LoadedCampaign,
     steps: list[CompiledStep],
     planner: Planner,
-    ready: list[_Next],
-    finished: list[tuple[EnrollmentRow, str, str | None]],
+    held_page: _Page,
     actor: str,
     report: DripReport,
+    precomposed: Iterator[NewJob] | None,
 ) -> None:
+    """One page's transaction. ``precomposed``: its ready drips' jobs, in order (None:
+    composed here)."""
+    ready, finished = held_page.ready, list(held_page.finished)
     if not ready and not finished:
         return
     name = loaded.spec.name
@@ -140,7 +274,12 @@ def _write(
     composed: list[tuple[_Next, NewJob]] = []
     for item in ready:
         try:
-            composed.append((item, _compose(loaded, steps, planner, item)))
+            job = (
+                next(precomposed)
+                if precomposed is not None
+                else _compose(loaded, steps, planner, item)
+            )
+            composed.append((item, job))
         except TemplateError as exc:
             step = step_ids[item.row.next_step]
             problem = f"{item.row.recipient}: step {step!r}: {exc}"

@@ -36,7 +36,14 @@ from sqlalchemy.engine import Engine
 from campaigns.audience import Recipient, RowProblem, iter_audience_share
 from campaigns.audience_formats import Unit
 from campaigns.spec import LoadedCampaign
-from scheduler.check_pool import CheckPool, CheckRow, ShareReader, check_in_processes
+from scheduler.check_pool import (
+    CheckPool,
+    CheckRow,
+    Row,
+    ShareReader,
+    Shares,
+    check_in_processes,
+)
 from scheduler.check_report import CheckReport, Problem
 from scheduler.compose import CompiledStep, CompileFailures, compile_steps, compose_broadcast
 from scheduler.enrollment import csv_digest
@@ -105,7 +112,7 @@ def composed_occurrence(
 def _beside_snapshot(
     pool: CheckPool,
     loaded: LoadedCampaign,
-    composer: CheckRow,
+    composer: CheckRow[Row],
     snapshot_now: Callable[[], Snapshot],
     rows: SnapshotRows,
 ) -> tuple[JobSpool | None, Snapshot]:
@@ -143,14 +150,14 @@ def _beside_snapshot(
 def _in_processes(
     pool: CheckPool,
     loaded: LoadedCampaign,
-    rows: ShareReader,
-    composer: CheckRow,
+    rows: ShareReader[Row],
+    composer: CheckRow[Row],
     beside: Callable[[], None] | None = None,
 ) -> tuple[JobSpool, CheckReport] | None:
     """``check_in_processes`` into a new spool: the spool, complete, and the report."""
     spool = JobSpool(step.id for step in loaded.spec.steps)
     try:
-        report = check_in_processes(pool, spool, rows, composer, None, beside=beside)
+        report = check_in_processes(pool, spool, Shares[Row](rows, composer), None, beside=beside)
     except BaseException:
         spool.close()
         raise
@@ -163,7 +170,7 @@ def _in_processes(
 
 def _composer(
     loaded: LoadedCampaign, steps: list[CompiledStep], occurrence_at: datetime
-) -> CheckRow:
+) -> CheckRow[Row]:
     """One row's jobs into a spool, as fan-out would compose them; any trouble is a problem
     in the report, which sends the whole occurrence back to fan-out's own composing."""
     planner = Planner(loaded.spec)

@@ -157,8 +157,9 @@ def run_pass(
     ``fanout_progress``: told, from inside the pass, after each batch of a scheduled
     occurrence's fan-out has committed (how many jobs it held), like materialise's
     ``progress``; a seam for tests that act between two batches (None: nothing is told).
-    ``pool``: processes that compose a large occurrence's messages (scheduler.occurrence_pool;
-    None: the pass composes them itself).
+    ``pool``: processes that compose a large occurrence's messages (scheduler.occurrence_pool)
+    and a drip pass's many next steps (scheduler.drip_pool); None: the pass composes them
+    itself.
     """
     store = CampaignStore(engine.dialect.name)
     with engine.connect() as conn:
@@ -173,7 +174,15 @@ def run_pass(
         else:
             try:
                 if row.trigger == "enrollment":
-                    _drip_pass(engine, source.loaded, result, now, actor, state, url_refresh, links)
+                    _drip_pass(
+                        engine,
+                        source.loaded,
+                        result,
+                        now,
+                        actor,
+                        state,
+                        _DripOptions(url_refresh, links, pool),
+                    )
                 else:
                     _broadcast_pass(
                         engine,
@@ -276,6 +285,13 @@ def _fanout_note(occurrence_at: datetime, fanout: FanoutResult) -> str | None:
     return f"occurrence {occurrence_at.isoformat()}: {'; '.join(parts)}; skipped"
 
 
+@dataclass(frozen=True)
+class _DripOptions:
+    url_refresh: float
+    links: UnsubscribeLinks | None
+    pool: CheckPool | None
+
+
 def _drip_pass(
     engine: Engine,
     loaded: LoadedCampaign,
@@ -283,15 +299,18 @@ def _drip_pass(
     now: datetime,
     actor: str,
     state: PassState | None,
-    url_refresh: float,
-    links: UnsubscribeLinks | None,
+    options: _DripOptions,
 ) -> None:
+    links = options.links
     steps = compile_steps(loaded, links)
     sync = SyncReport()
-    if loaded.spec.enrollment == "audience" and _audience_due(loaded, now, state, url_refresh):
+    if loaded.spec.enrollment == "audience" and _audience_due(
+        loaded, now, state, options.url_refresh
+    ):
         sync = _sync_audience(engine, loaded, now, actor, state)
     end_suppressed(engine, loaded, actor=actor, report=sync)
-    drips = advance_drips(engine, loaded, steps, actor=actor)
+    drips = advance_drips(engine, loaded, steps, actor=actor, pool=options.pool, links=links)
+    result.processes = max(result.processes, drips.processes)
     result.enrolled = sync.enrolled
     result.left = sync.left
     result.ended = sync.ended + drips.ended

@@ -62,7 +62,8 @@ class ScheduledPass:
         from scheduler.passes import PassState
 
         self.state = PassState()
-        # One process per core composes a large occurrence (scheduler.occurrence_pool).
+        # One process per core composes a large occurrence (scheduler.occurrence_pool) and a
+        # drip pass's many next steps (scheduler.drip_pool).
         self.pool = pool_of()
 
     def __call__(self, engine: Engine, *, now: datetime, actor: str) -> PassSummary:

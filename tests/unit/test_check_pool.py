@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from campaigns.audience import iter_audience, iter_audience_share
 from campaigns.spec import LoadedCampaign, load_campaign
 from scheduler.check import check_campaign
-from scheduler.check_pool import CheckPool, check_in_processes, pool_of
+from scheduler.check_pool import CheckPool, Shares, check_in_processes, pool_of
 from scheduler.check_report import CheckReport
 from scheduler.spool import JobSpool
 from tests.support.campaign_files import write_campaign
@@ -162,7 +162,9 @@ def test_a_killed_child_means_one_process_checks_again(tmp_path: Path) -> None:
         return True
 
     with JobSpool(STEPS) as spool:
-        result = check_in_processes(pool(2, 5), spool, rows_of(loaded), check_row, None)  # type: ignore[arg-type]
+        result = check_in_processes(
+            pool(2, 5), spool, Shares[object](rows_of(loaded), check_row), None
+        )
         assert result is None
         assert [list(spool.entries(step)) for step in STEPS] == [[], [], []]
         assert spool.positions == spool.skipped == 0
@@ -186,7 +188,7 @@ def test_processes_that_read_different_rows_are_not_trusted(tmp_path: Path) -> N
         return True
 
     with JobSpool(STEPS) as spool:
-        assert check_in_processes(pool(2, 4), spool, rows, check_row, None) is None  # type: ignore[arg-type]
+        assert check_in_processes(pool(2, 4), spool, Shares[object](rows, check_row), None) is None
 
 
 def test_a_small_file_or_another_audience_is_checked_in_one_process(tmp_path: Path) -> None:
@@ -285,7 +287,9 @@ def test_a_child_s_stop_signal_is_not_the_parent_s(wakeup: socket.socket) -> Non
         return iter([object() if wanted(at) else None for at in range(1, 7)])
 
     with JobSpool(["a"]) as spool:
-        result = check_in_processes(CheckPool(2, block=1), spool, rows, stop_in_child, None)
+        result = check_in_processes(
+            CheckPool(2, block=1), spool, Shares[Any](rows, stop_in_child), None
+        )
     assert result is None
     with pytest.raises(BlockingIOError):
         wakeup.recv(16)
@@ -312,8 +316,7 @@ def test_beside_the_parent_s_own_work_the_children_take_every_share(processes: i
         report = check_in_processes(
             CheckPool(processes, block=4),
             spool,
-            _numbers,
-            _job_of,
+            Shares[Any](_numbers, _job_of),
             None,
             beside=lambda: ran.append(os.getpid()),
         )
@@ -330,6 +333,6 @@ def test_what_the_parent_s_own_work_raises_drops_the_children_s() -> None:
     with JobSpool(["a"]) as spool:
         with pytest.raises(RuntimeError, match="the snapshot failed"):
             check_in_processes(
-                CheckPool(2, block=4), spool, _numbers, _job_of, None, beside=failing
+                CheckPool(2, block=4), spool, Shares[Any](_numbers, _job_of), None, beside=failing
             )
         assert list(spool.entries("a")) == []
