@@ -17,6 +17,8 @@ from sqlalchemy.engine import Engine
 
 from dispatch.keys import KeyTuple, message_id
 from dispatch.models import send_job
+from herald.db import create_engine
+from herald.schema import upgrade
 from scheduler.check_pool import MAX_PROCESSES, MIN_BYTES
 from tests.processes.test_metrics_processes import ONE_SHOT as ONE_STEP
 from tests.processes.test_scheduler_processes import (
@@ -24,7 +26,6 @@ from tests.processes.test_scheduler_processes import (
     READY,
     Service,
     fire_states,
-    herald,
     herald_run,
     iso,
     job_count,
@@ -90,8 +91,14 @@ def test_herald_run_composes_a_large_occurrence_in_processes_beside_its_worker(
     start = whole_seconds_after(2)
     path = folder / "campaign.yaml"
     path.write_text(ONE_STEP.format(start=iso(start)))  # one step, campaign "hello"
-    launched = herald("launch", str(path), "--database-url", db_url)
-    assert launched.returncode == 0, launched.stderr
+    # Launched "a day before" (its own pass would fire the occurrence if the launch took longer
+    # than the two seconds, as it can on a slow machine): ``herald run`` fires it.
+    launcher = create_engine(db_url)
+    try:
+        upgrade(launcher)
+        assert launch_at(launcher, path, start - timedelta(days=1)).fanout.new_jobs == 0
+    finally:
+        launcher.dispose()
     run = herald_run(tmp_path, db_url, smtp_server, "--log-format", "json")
     run.start()
     try:
