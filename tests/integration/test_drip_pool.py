@@ -29,6 +29,7 @@ from scheduler.drip import DripReport, advance_drips
 from scheduler.enrollment import sync_audience
 from scheduler.models import enrollment_table
 from scheduler.planning import Planner
+from tests.support.audience_cells import PERSON, TROUBLE
 from tests.support.examples import examples
 from tests.support.schedules import launch_at
 
@@ -49,17 +50,6 @@ steps:
     subject: "Tips for {{{{ name }}}}"
     text: "{{{{ city }}}} again."
 """
-ZONES = ["", "Europe/Paris", "America/New_York", "Asia/Kolkata", "UTC"]
-# Text a CSV cell may carry: quotes, separators, line breaks, markup, template syntax,
-# non-ASCII; now and then a control character (its row is unusable if it is in the name).
-SAFE = st.sampled_from(list("ab Z,;\"'<>&{}%#|\\é密😀"))
-TEXT = st.text(SAFE | st.characters(exclude_categories=["Cs", "Cc"]), max_size=12)
-HOSTILE = st.text(SAFE | st.characters(exclude_categories=["Cs"]), max_size=12)
-PERSON = st.tuples(TEXT, TEXT, st.sampled_from(ZONES))
-# Now and then one person whose row may be unusable or whose step 1 cannot be rendered.
-TROUBLE = (
-    st.none() | st.none() | st.tuples(HOSTILE, HOSTILE | st.just("Boom"), st.sampled_from(ZONES))
-)
 POOL = CheckPool(3, block=3, min_rows=1)
 CAMPAIGNS = itertools.count()
 

@@ -28,6 +28,7 @@ from scheduler.planning import Planner
 from scheduler.snapshot import ensure_snapshot, iter_snapshot
 from scheduler.spool import JobSpool
 from templates.errors import TemplateError
+from tests.support.audience_cells import PERSON, TROUBLE, ZONES
 from tests.support.examples import examples
 from tests.support.schedules import launch_at, pass_at
 
@@ -49,16 +50,6 @@ steps:
     subject: "Still news, {{ name }}"
     text: "{{ city }} again."
 """
-ZONES = ["", "Europe/Paris", "America/New_York", "Asia/Kolkata", "UTC"]
-# Text a CSV cell may carry: quotes, separators, line breaks, markup, template syntax, non-ASCII;
-# now and then a control character (its row is unusable if it is in the name).
-SAFE = st.sampled_from(list("ab Z,;\"'<>&{}%#|\\é密😀"))
-TEXT = st.text(SAFE | st.characters(exclude_categories=["Cs", "Cc"]), max_size=12)
-HOSTILE = st.text(SAFE | st.characters(exclude_categories=["Cs"]), max_size=12)
-ZONE = st.sampled_from(ZONES)
-PERSON = st.tuples(TEXT, TEXT, ZONE)
-# Now and then one person whose row may be unusable or whose message may not render.
-TROUBLE = st.none() | st.none() | st.tuples(HOSTILE, HOSTILE | st.just("Boom"), ZONE)
 
 
 def write_people(folder: Path, people: list[tuple[str, str, str]], bad: int | None = None) -> None:
