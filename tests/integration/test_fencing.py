@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -63,6 +64,12 @@ def test_a_paused_worker_whose_lease_was_taken_over_never_sends(
     class PauseBeforeT4(NullInstrumentation):
         async def before_t4(self, job: ClaimedJob) -> None:
             zombie_job.append(job)
+            # Stopped only once its database thread is idle too: a claim that thread was still
+            # running when the loop stopped could take the job the test releases below (seen
+            # on a slow machine: the zombie claimed it twice).
+            deadline = time.monotonic() + 30
+            while not zombie.committer.quiet() and time.monotonic() < deadline:
+                time.sleep(0.001)  # noqa: ASYNC251 - the whole zombie waits, on purpose
             paused.set()
             # The whole zombie stops, as a paused process does: blocking its event loop, not
             # just this send. Otherwise it keeps claiming, heartbeating and recovering, and on
