@@ -241,18 +241,27 @@ def _smtp_pair(
     backend = backend_of(ctx)
     herald, bare = f"{prefix}/{backend}", f"{prefix}/bare aiosmtplib"
 
-    def measure_herald() -> Any:
-        with fresh_database(backend) as url:
-            return measure_smtp(url, opts.smtp_messages, opts.smtp_concurrency, reply_delay)
+    # Every round's Maildir stays until the section ends (bench.smtp_e2e.run_maildir: removing
+    # one round's files just before the next creates its own slowed the next round's sink).
+    with tempfile.TemporaryDirectory(prefix="herald-bench-sinks-") as folder:
+        series = Path(folder)
 
-    contenders = [Contender(herald, measure_herald, _per_second)]
-    bare_measure = lookup("bench.smtp_e2e", "measure_bare_smtp")
-    if isinstance(bare_measure, str):
-        not_measured(ctx, "SMTP ceiling (bare aiosmtplib loop)", bare_measure)
-    else:
-        measure = partial(bare_measure, opts.smtp_messages, opts.smtp_concurrency, reply_delay)
-        contenders.append(Contender(bare, measure, _per_second))
-    outcomes = interleave(contenders, opts.smtp_repeat)
+        def measure_herald() -> Any:
+            with fresh_database(backend) as url:
+                return measure_smtp(
+                    url, opts.smtp_messages, opts.smtp_concurrency, reply_delay, series
+                )
+
+        contenders = [Contender(herald, measure_herald, _per_second)]
+        bare_measure = lookup("bench.smtp_e2e", "measure_bare_smtp")
+        if isinstance(bare_measure, str):
+            not_measured(ctx, "SMTP ceiling (bare aiosmtplib loop)", bare_measure)
+        else:
+            measure = partial(
+                bare_measure, opts.smtp_messages, opts.smtp_concurrency, reply_delay, series
+            )
+            contenders.append(Contender(bare, measure, _per_second))
+        outcomes = interleave(contenders, opts.smtp_repeat)
     figures = {}
     for name, outcome in outcomes.items():
         if not outcome.measured:

@@ -187,9 +187,35 @@ def stored_messages(maildir: Path) -> int:
     return sum(1 for _ in (maildir / "new").iterdir())
 
 
-def measure_smtp(url: str, messages: int, concurrency: int, reply_delay: float = 0.0) -> SmtpResult:
+# Where a series of runs keeps its sinks' Maildirs: a fresh folder for each run inside one
+# folder for the whole series, removed when the series ends, never between its runs. ext4
+# without a journal will not reuse an inode freed in the last minute (five, until its inode
+# table block is written back), and checks every such inode, one at a time, for each file it
+# creates (``recently_deleted`` in fs/ext4/ialloc.c). So a run that starts right after the one
+# before removed its thousands of files paid for that removal in every message its sink
+# stored: on such a machine (bench/profiles/smtp.md, session 42) that check was a third of the
+# sink's time, its system time rose from 40 to 300 µs a message, and both sides ran a third
+# slower, Herald more (it needs more of the two cores the sink shares). The rounds measured
+# the harness's own clean-up.
+@contextmanager
+def run_maildir(series: Path | None) -> Iterator[Path]:
+    """A Maildir path for one run: in ``series`` (kept until the series' folder is removed),
+    or, with no series, in a temporary folder of its own, removed after the run."""
+    if series is not None:
+        yield Path(tempfile.mkdtemp(prefix="run-", dir=series)) / "Maildir"
+        return
     with tempfile.TemporaryDirectory(prefix="herald-bench-sink-") as folder:
-        maildir = Path(folder) / "Maildir"
+        yield Path(folder) / "Maildir"
+
+
+def measure_smtp(
+    url: str,
+    messages: int,
+    concurrency: int,
+    reply_delay: float = 0.0,
+    series: Path | None = None,
+) -> SmtpResult:
+    with run_maildir(series) as maildir:
         engine = create_engine(url)
         try:
             enqueue(engine, mail_jobs(messages))
@@ -216,11 +242,15 @@ def measure_smtp(url: str, messages: int, concurrency: int, reply_delay: float =
     return SmtpResult(messages, seconds, worker.report, stored)
 
 
-def measure_bare_smtp(messages: int, concurrency: int, reply_delay: float = 0.0) -> BareSmtpResult:
+def measure_bare_smtp(
+    messages: int,
+    concurrency: int,
+    reply_delay: float = 0.0,
+    series: Path | None = None,
+) -> BareSmtpResult:
     """The same messages into the same sink through a bare aiosmtplib loop: the SMTP ceiling."""
     jobs = list(mail_jobs(messages))
-    with tempfile.TemporaryDirectory(prefix="herald-bench-sink-") as folder:
-        maildir = Path(folder) / "Maildir"
+    with run_maildir(series) as maildir:
         with sink_process(maildir, reply_delay) as port:
             started = time.perf_counter()
             asyncio.run(bare_loop(port, jobs, concurrency))
@@ -259,9 +289,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
-    bare = measure_bare_smtp(args.messages, args.concurrency, args.reply_delay)
-    with fresh_database(args.backend) as url:
-        herald = measure_smtp(url, args.messages, args.concurrency, args.reply_delay)
+    with tempfile.TemporaryDirectory(prefix="herald-bench-sinks-") as folder:
+        series = Path(folder)
+        bare = measure_bare_smtp(args.messages, args.concurrency, args.reply_delay, series)
+        with fresh_database(args.backend) as url:
+            herald = measure_smtp(url, args.messages, args.concurrency, args.reply_delay, series)
     relay = f"a relay {args.reply_delay * 1000:g} ms a reply" if args.reply_delay else "the sink"
     print(
         f"N={args.messages:,}, concurrency {args.concurrency}, {args.backend}, {relay},"
