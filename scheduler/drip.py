@@ -31,7 +31,7 @@ from scheduler.check_pool import CheckPool
 from scheduler.compose import CompiledStep, CompileFailures, compile_steps, compose_job
 from scheduler.drip_pool import compose_in_processes, in_order
 from scheduler.drip_ready import ReadyPages
-from scheduler.enrollment import drip_keys, end_drips
+from scheduler.enrollment import drip_key, end_drips
 from scheduler.enrollment_store import DONE, ENDED, EnrollmentRow, EnrollmentStore
 from scheduler.job_lookup import JobOutcome, outcomes
 from scheduler.planning import Planner
@@ -223,7 +223,7 @@ def _previous_outcomes(
 ) -> dict[int, JobOutcome | None]:
     """enrollment id -> the job of its last materialised step (None: not found)."""
     keys = {
-        row.id: drip_keys(name, step_ids, row, row.next_step)[-1]
+        row.id: drip_key(name, step_ids[row.next_step - 1], row)
         for row in rows
         if row.next_step > 0
     }

@@ -86,12 +86,14 @@ def csv_digest(loaded: LoadedCampaign) -> str | None:
         return None
 
 
+def drip_key(campaign: str, step_id: str, row: EnrollmentRow) -> str:
+    """The idempotency key of one step of the drip."""
+    return KeyTuple(campaign, step_id, row.enrolled_at, row.mailbox).key()
+
+
 def drip_keys(campaign: str, step_ids: Sequence[str], row: EnrollmentRow, upto: int) -> list[str]:
     """The keys of the drip's steps materialised so far (indexes below ``upto``)."""
-    return [
-        KeyTuple(campaign, step_id, row.enrolled_at, row.mailbox).key()
-        for step_id in step_ids[:upto]
-    ]
+    return [drip_key(campaign, step_id, row) for step_id in step_ids[:upto]]
 
 
 def end_drips(
